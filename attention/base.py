@@ -1,0 +1,103 @@
+"""The attention interface and the steps every variant shares.
+
+Einsum letters: B batch, T query length, S key length, D model width,
+N query/key heads, G value heads, K key size, V value size.
+
+`Attention.__call__(x, mask, deterministic)` takes hidden states [B, T, D] and a
+padding mask [B, S] (True = real token) and returns [B, T, D]. The shared steps
+(q/k/v projections, logits, mask, softmax, dropout, weights x values, output
+projection) live here once; a variant overrides `attend`, the part between the
+projections, and reuses the pieces it needs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+if TYPE_CHECKING:
+    from models.config import ModelConfig
+
+Array = jax.Array
+
+# Added to the logits of padded keys. Large enough that exp() underflows to 0 in
+# fp32, small enough that adding it to a logit cannot overflow to -inf.
+MASK_VALUE = -1e9
+
+
+def kernel_init(config: ModelConfig, axes: tuple[str | None, ...]) -> nn.initializers.Initializer:
+    """BERT's truncated-normal init, tagged with logical sharding axes."""
+    return nn.with_logical_partitioning(
+        nn.initializers.truncated_normal(config.initializer_range), axes
+    )
+
+
+def zeros_init(axes: tuple[str | None, ...]) -> nn.initializers.Initializer:
+    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
+
+
+def padding_bias(mask: Array) -> Array:
+    """[B, S] bool -> additive bias [B, 1, 1, S] (0 for real keys)."""
+    return jnp.where(mask[:, None, None, :], 0.0, MASK_VALUE).astype(jnp.float32)
+
+
+class Attention(nn.Module):
+    """Multi-head attention skeleton; variants override `attend`."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: Array, mask: Array, deterministic: bool = True) -> Array:
+        cfg = self.config
+        query = self.project(x, "query", cfg.num_logit_heads, cfg.head_key_size)  # (B, T, N, K)
+        key = self.project(x, "key", cfg.num_logit_heads, cfg.head_key_size)  # (B, S, N, K)
+        value = self.project(x, "value", cfg.num_value_heads, cfg.head_value_size)  # (B, S, G, V)
+        mixed = self.attend(query, key, value, mask, deterministic)  # (B, T, G, V)
+        mixed = nn.with_logical_constraint(mixed, ("batch", "length", "heads", "kv"))
+        out = nn.DenseGeneral(
+            features=cfg.hidden_size,
+            axis=(-2, -1),
+            dtype=cfg.compute_dtype,
+            kernel_init=kernel_init(cfg, ("heads", "kv", "embed")),
+            bias_init=zeros_init(("embed",)),
+            name="out",
+        )(mixed)
+        return nn.with_logical_constraint(out, ("batch", "length", "embed"))
+
+    def attend(
+        self, query: Array, key: Array, value: Array, mask: Array, deterministic: bool
+    ) -> Array:
+        raise NotImplementedError
+
+    # -- shared steps ----------------------------------------------------------
+    def project(self, x: Array, name: str, heads: int, size: int) -> Array:
+        """[B, T, D] -> [B, T, heads, size]."""
+        cfg = self.config
+        y = nn.DenseGeneral(
+            features=(heads, size),
+            dtype=cfg.compute_dtype,
+            kernel_init=kernel_init(cfg, ("embed", "heads", "kv")),
+            bias_init=zeros_init(("heads", "kv")),
+            name=name,
+        )(x)
+        return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
+
+    def logits(self, query: Array, key: Array) -> Array:
+        """Scaled dot products per head, fp32: (B, T, N, K), (B, S, N, K) -> (B, N, T, S)."""
+        scale = query.shape[-1] ** -0.5
+        logits = jnp.einsum("BTNK,BSNK->BNTS", query * jnp.asarray(scale, query.dtype), key)
+        return logits.astype(jnp.float32)
+
+    def softmax_and_dropout(self, logits: Array, deterministic: bool) -> Array:
+        """Softmax over keys in fp32, then attention dropout."""
+        weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+        return nn.Dropout(rate=self.config.attention_dropout_rate, name="weights_dropout")(
+            weights, deterministic=deterministic
+        )
+
+    def apply_weights(self, weights: Array, value: Array) -> Array:
+        """(B, G, T, S), (B, S, G, V) -> (B, T, G, V) in the compute dtype."""
+        return jnp.einsum("BGTS,BSGV->BTGV", weights.astype(value.dtype), value)

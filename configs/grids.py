@@ -1,0 +1,97 @@
+"""The papers' grids as named rows of model overrides.
+
+A row is a name plus the model-arg overrides that define it (the same keys as
+`configs.model.MODEL_ARGS`), and, where the paper reports them, its numbers.
+`configs/model.py:row=lowrank_2a_h8` builds one row; scripts/ iterate a grid.
+
+Low-rank bottleneck (Bhojanapalli et al. 2020), 24 layers:
+  Table 1   d=1024, h = 8/16/32, head size d/h (standard)
+  Table 2A  d=512, fixed head size d_p=128, h = 8/12/16/32
+  Table 2B  d=512, h=8, fixed head size d_p = 32/64/256
+  Table 3   d=768, d_p=128, h = 8/12/16/20
+Talking heads (Shazeer et al. 2020), BERT-base width: h = 6/12/24/48 with
+key/value size 768/h, multi-head vs talking-heads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_collections
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    name: str
+    overrides: dict[str, object]
+    # What the paper reports for this row (empty when it reports nothing).
+    reported: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def _lowrank_rows() -> dict[str, list[Row]]:
+    t1 = [
+        Row(f"lowrank_1_h{h}", {"size": "lowrank_1024", "heads": h}, rep)
+        for h, rep in [
+            (8, {"params_m": 336, "squad_f1": 90.89, "mnli": 85.0}),
+            (16, {"params_m": 336, "squad_f1": 90.61, "mnli": 84.5}),
+            (32, {"params_m": 336, "squad_f1": 90.45, "mnli": 84.4}),
+        ]
+    ]
+    t2a = [
+        Row(f"lowrank_2a_h{h}", {"size": "lowrank_512", "heads": h, "head_size": 128}, rep)
+        for h, rep in [
+            (8, {"params_m": 168, "squad_f1": 89.6, "mnli": 83.5}),
+            (12, {"params_m": 193, "squad_f1": 90.25, "mnli": 84.2}),
+            (16, {"params_m": 218, "squad_f1": 90.43, "mnli": 83.9}),
+            (32, {"params_m": 319, "squad_f1": 90.95, "mnli": 84.9}),
+        ]
+    ]
+    t2b = [
+        Row(f"lowrank_2b_dp{dp}", {"size": "lowrank_512", "heads": 8, "head_size": dp}, rep)
+        for dp, rep in [
+            (32, {"squad_f1": 88.53, "mnli": 82.5}),
+            (64, {"squad_f1": 89.51, "mnli": 83.4}),
+            (256, {"squad_f1": 90.33, "mnli": 83.9}),
+        ]
+    ]
+    t3 = [
+        Row(f"lowrank_3_h{h}", {"size": "lowrank_768", "heads": h, "head_size": 128})
+        for h in (8, 12, 16, 20)
+    ]
+    return {"lowrank_table1": t1, "lowrank_table2a": t2a, "lowrank_table2b": t2b,
+            "lowrank_table3": t3}
+
+
+def _talking_heads_rows() -> dict[str, list[Row]]:
+    rows = [
+        Row(f"th_base_{short}_h{h}", {"size": "base", "heads": h, "attention": variant})
+        for h in (6, 12, 24, 48)
+        for short, variant in (("mh", "multi_head"), ("th", "talking_heads"))
+    ]
+    return {"talking_heads": rows}
+
+
+def _cpu_rows() -> dict[str, list[Row]]:
+    """CPU-scale studies: width 256, 4 layers (see docs/RESULTS.md)."""
+    small = {"layers": 4, "hidden": 256, "mlp": 1024, "max_len": 128}
+    th = [
+        Row(f"th_cpu_{short}_h{h}", {**small, "heads": h, "attention": variant})
+        for h in (4, 8, 16, 32)
+        for short, variant in (("mh", "multi_head"), ("th", "talking_heads"))
+    ]
+    ks = [Row(f"ks_cpu_k{k}", {**small, "heads": 8, "key_size": k}) for k in (32, 64, 128)]
+    ks.append(Row("ks_cpu_fixed128", {**small, "heads": 8, "head_size": 128}))
+    return {"talking_heads_cpu": th, "key_size_cpu": ks}
+
+
+GRIDS: dict[str, list[Row]] = {**_lowrank_rows(), **_talking_heads_rows(), **_cpu_rows()}
+ROWS: dict[str, Row] = {row.name: row for rows in GRIDS.values() for row in rows}
+
+
+def apply_row(model: ml_collections.ConfigDict, name: str) -> None:
+    """Applies a named row's overrides to a model ConfigDict."""
+    from configs import model as model_lib
+
+    if name not in ROWS:
+        raise ValueError(f"row={name!r} is unknown; choose one of {sorted(ROWS)}")
+    model_lib.apply_model_args(model, ROWS[name].overrides)

@@ -1,0 +1,13 @@
+"""BERT built from the attention registry; see models/bert.py for the parameter tree."""
+
+from models.bert import BertForMaskedLM, BertForSequenceClassification, BertModel
+from models.config import ConfigError, ModelConfig, TalkingHeadsConfig
+
+__all__ = [
+    "BertForMaskedLM",
+    "BertForSequenceClassification",
+    "BertModel",
+    "ConfigError",
+    "ModelConfig",
+    "TalkingHeadsConfig",
+]

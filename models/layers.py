@@ -1,0 +1,130 @@
+"""BERT's building blocks: embeddings, feed-forward block and the encoder layer.
+
+Einsum letters: B batch, T length, D model width, F feed-forward width.
+Every parameter carries logical axis names (batch, length, embed, heads, kv,
+mlp, vocab) that training/sharding.py maps onto the device mesh.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+import attention
+from attention.base import kernel_init, zeros_init
+from models.config import ModelConfig
+
+Array = jax.Array
+
+
+def layer_norm(config: ModelConfig, name: str) -> nn.LayerNorm:
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps,
+        dtype=config.compute_dtype,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
+        bias_init=zeros_init(("embed",)),
+        name=name,
+    )
+
+
+def dense(config: ModelConfig, features: int, axes: tuple[str | None, str | None], name: str):
+    return nn.Dense(
+        features,
+        dtype=config.compute_dtype,
+        kernel_init=kernel_init(config, axes),
+        bias_init=zeros_init((axes[1],)),
+        name=name,
+    )
+
+
+def embed(config: ModelConfig, rows: int, axes: tuple[str | None, str | None], name: str):
+    return nn.Embed(
+        rows,
+        config.hidden_size,
+        dtype=config.compute_dtype,
+        embedding_init=kernel_init(config, axes),
+        name=name,
+    )
+
+
+class Embeddings(nn.Module):
+    """Word + position + token-type embeddings, LayerNorm, dropout."""
+
+    config: ModelConfig
+
+    def setup(self) -> None:
+        cfg = self.config
+        self.word = embed(cfg, cfg.vocab_size, ("vocab", "embed"), "word")
+        self.position = embed(cfg, cfg.max_position_embeddings, (None, "embed"), "position")
+        self.token_type = embed(cfg, cfg.type_vocab_size, (None, "embed"), "token_type")
+        self.norm = layer_norm(cfg, "norm")
+        self.dropout = nn.Dropout(cfg.dropout_rate)
+
+    def __call__(self, input_ids: Array, token_type_ids: Array, deterministic: bool) -> Array:
+        length = input_ids.shape[1]
+        positions = jnp.arange(length)[None, :]
+        x = self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids)
+        x = self.dropout(self.norm(x), deterministic=deterministic)
+        return nn.with_logical_constraint(x, ("batch", "length", "embed"))
+
+    def attend(self, x: Array) -> Array:
+        """Scores hidden states against the (tied) word embeddings: (.., D) -> (.., vocab)."""
+        return self.word.attend(x)
+
+
+class FeedForward(nn.Module):
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        cfg = self.config
+        h = dense(cfg, cfg.mlp_dim, ("embed", "mlp"), "intermediate")(x)  # (B, T, F)
+        h = nn.with_logical_constraint(nn.gelu(h, approximate=False), ("batch", "length", "mlp"))
+        return dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output")(h)  # (B, T, D)
+
+
+class EncoderLayer(nn.Module):
+    """One transformer layer; the attention comes from the registry by name."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+        cfg = self.config
+        attention_cls = attention.get(cfg.attention)
+        attend = attention_cls(cfg, name="attention")
+        feed_forward = FeedForward(cfg, name="mlp")
+        drop = nn.Dropout(cfg.dropout_rate)
+        attention_norm = layer_norm(cfg, "attention_norm")
+        mlp_norm = layer_norm(cfg, "mlp_norm")
+        if cfg.norm_placement == "pre":
+            x = x + drop(attend(attention_norm(x), mask, deterministic), deterministic)
+            x = x + drop(feed_forward(mlp_norm(x)), deterministic)
+        else:  # post-LN, original BERT
+            x = attention_norm(x + drop(attend(x, mask, deterministic), deterministic))
+            x = mlp_norm(x + drop(feed_forward(x), deterministic))
+        return nn.with_logical_constraint(x, ("batch", "length", "embed"))
+
+
+REMAT_POLICIES = {
+    "full": None,  # save nothing, recompute the layer in the backward pass
+    "dots": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+}
+
+
+class Encoder(nn.Module):
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+        cfg = self.config
+        layer_cls = EncoderLayer
+        if cfg.remat != "none":
+            # Arguments counted with self as 0: deterministic (3) is a Python bool.
+            layer_cls = nn.remat(EncoderLayer, policy=REMAT_POLICIES[cfg.remat], static_argnums=(3,))
+        for i in range(cfg.num_layers):
+            x = layer_cls(cfg, name=f"layer_{i}")(x, mask, deterministic)
+        if cfg.norm_placement == "pre":
+            x = layer_norm(cfg, "final_norm")(x)
+        return x
