@@ -95,7 +95,9 @@ class BertForMaskedLM(nn.Module):
         deterministic: bool = True,
     ) -> dict[str, Array]:
         hidden, pooled = self.bert(input_ids, token_type_ids, attention_mask, deterministic)
-        selected = hidden if masked_positions is None else gather_positions(hidden, masked_positions)
+        selected = hidden
+        if masked_positions is not None:
+            selected = gather_positions(hidden, masked_positions)
         logits = self.mlm_head(selected, self.bert.embeddings)
         return {"hidden_states": hidden, "pooled": pooled, "mlm_logits": logits}
 

@@ -196,7 +196,9 @@ class ModelConfig:
         for name in ("num_logit_heads", "num_value_heads", "query_chunk_size"):
             value = getattr(th, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ConfigError(f"model.talking_heads.{name}={value!r} must be a positive integer")
+                raise ConfigError(
+                    f"model.talking_heads.{name}={value!r} must be a positive integer"
+                )
         if self.attention != "talking_heads":
             return
         if th.num_logit_heads not in (None, self.num_heads) and not th.mix_logits:

@@ -122,7 +122,9 @@ class Encoder(nn.Module):
         layer_cls = EncoderLayer
         if cfg.remat != "none":
             # Arguments counted with self as 0: deterministic (3) is a Python bool.
-            layer_cls = nn.remat(EncoderLayer, policy=REMAT_POLICIES[cfg.remat], static_argnums=(3,))
+            layer_cls = nn.remat(
+                EncoderLayer, policy=REMAT_POLICIES[cfg.remat], static_argnums=(3,)
+            )
         for i in range(cfg.num_layers):
             x = layer_cls(cfg, name=f"layer_{i}")(x, mask, deterministic)
         if cfg.norm_placement == "pre":

@@ -1,0 +1,53 @@
+"""Analytic parameter and FLOP counts (the formula MFU is measured against).
+
+FLOPs count multiply-adds as 2; only matrix products are counted (softmax,
+LayerNorm, GELU and embedding lookups are a few percent at BERT sizes). Per
+token, for sequence length n, with N query/key heads, H softmax heads, G value
+heads, key size K, value size V, width D, feed-forward width F:
+
+  projections   2 * D * (2 N K + G V) + 2 * G V * D
+  attention     2 * n * (N K + G V)                     logits, weights x values
+  talking heads 2 * n * (N H + H G)                     P_l and P_w mixing
+  feed-forward  2 * 2 * D * F
+  MLM head      2 * D * D + 2 * D * vocab               per *predicted* token
+
+Training costs 3x the forward pass (backward = 2x forward).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from models.config import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class FlopCount:
+    encoder_per_token: float  # forward FLOPs of all layers, per input token
+    mlm_head_per_prediction: float  # forward FLOPs of the MLM head, per predicted token
+
+    def train_step(self, tokens: int, predictions: int) -> float:
+        """Forward + backward FLOPs for a step over `tokens` with `predictions` MLM targets."""
+        return 3.0 * (self.encoder_per_token * tokens + self.mlm_head_per_prediction * predictions)
+
+
+def layer_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    d, k, v = cfg.hidden_size, cfg.head_key_size, cfg.head_value_size
+    n_qk, h, g = cfg.num_logit_heads, cfg.num_heads, cfg.num_value_heads
+    projections = 2 * d * (2 * n_qk * k + g * v) + 2 * g * v * d
+    attention = 2 * seq_len * (n_qk * k + g * v)
+    mixing = 0.0
+    if cfg.attention == "talking_heads":
+        th = cfg.talking_heads
+        mixed = (n_qk * h if th.mix_logits else 0) + (h * g if th.mix_weights else 0)
+        mixing = 2 * seq_len * mixed
+    feed_forward = 4 * d * cfg.mlp_dim
+    return projections + attention + mixing + feed_forward
+
+
+def flop_count(cfg: ModelConfig, seq_len: int) -> FlopCount:
+    d = cfg.hidden_size
+    return FlopCount(
+        encoder_per_token=cfg.num_layers * layer_flops_per_token(cfg, seq_len),
+        mlm_head_per_prediction=2 * d * d + 2 * d * cfg.vocab_size,
+    )

@@ -1,0 +1,72 @@
+"""Parameters and FLOPs per token for the papers' rows (or any model config).
+
+  python scripts/model_stats.py                       # every row of every grid
+  python scripts/model_stats.py --grid lowrank_table2a --seq_len 512
+  python scripts/model_stats.py --config configs/model.py:size=base,attention=talking_heads
+
+Parameters come from the real model's shapes (jax.eval_shape, nothing is
+allocated); FLOPs from models/flops.py. The paper's own count, where it gives
+one, is printed beside ours.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from absl import app, flags
+
+from configs import grids
+from configs import model as model_configs
+from models import BertForMaskedLM, ModelConfig
+from models.flops import flop_count
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("grid", None, f"one of {sorted(grids.GRIDS)}; default: all grids")
+flags.DEFINE_string("config", None, "configs/model.py:ARGS style model args (overrides --grid)")
+flags.DEFINE_integer("seq_len", 128, "sequence length for the attention FLOPs")
+
+
+def parameter_counts(cfg: ModelConfig) -> tuple[int, int]:
+    """(parameters without the MLM head, MLM head parameters)."""
+    ids = jnp.zeros((1, 2), jnp.int32)
+    shapes = jax.eval_shape(lambda: BertForMaskedLM(cfg).init(jax.random.key(0), ids))
+    params = nn.unbox(shapes)["params"]
+    head = sum(x.size for x in jax.tree.leaves(params["mlm_head"]))
+    return sum(x.size for x in jax.tree.leaves(params)) - head, head
+
+
+def row_line(name: str, cfg: ModelConfig, seq_len: int, reported: dict) -> str:
+    encoder, head = parameter_counts(cfg)
+    flops = flop_count(cfg, seq_len)
+    paper = f"{reported['params_m']:.0f}M" if "params_m" in reported else "-"
+    return (f"| {name} | {cfg.num_layers} | {cfg.hidden_size} | {cfg.num_heads} | "
+            f"{cfg.head_key_size} | {cfg.head_value_size} | {cfg.attention} | "
+            f"{encoder / 1e6:.1f}M | {paper} | {head / 1e6:.2f}M | "
+            f"{flops.encoder_per_token / 1e9:.3f} |")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    header = (f"| row | L | D | heads | key | value | attention | params (no MLM head) | paper | "
+              f"MLM head | GFLOPs/token fwd (n={FLAGS.seq_len}) |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|")
+    print(header)
+    if FLAGS.config:
+        arg = FLAGS.config.split(":", 1)[1] if ":" in FLAGS.config else FLAGS.config
+        cfg = ModelConfig.from_config(model_configs.get_config(arg).model)
+        print(row_line(arg, cfg, FLAGS.seq_len, {}))
+        return
+    names = [FLAGS.grid] if FLAGS.grid else sorted(grids.GRIDS)
+    for grid in names:
+        if grid not in grids.GRIDS:
+            sys.exit(f"--grid={grid!r} is unknown; choose one of {sorted(grids.GRIDS)}")
+        for row in grids.GRIDS[grid]:
+            cfg = ModelConfig.from_config(model_configs.get_config(f"row={row.name}").model)
+            print(row_line(row.name, cfg, FLAGS.seq_len, row.reported))
+
+
+if __name__ == "__main__":
+    app.run(main)

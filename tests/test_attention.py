@@ -1,0 +1,206 @@
+"""Attention variants: building, gradients, equivalences between paths, padding."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import init_params, random_batch, tiny_config
+
+import attention
+from models import BertForMaskedLM
+
+VARIANTS = {
+    "multi_head": {},
+    "multi_head_large_key": {"key_size": 24},
+    "multi_head_fixed_head": {"key_size": 16, "value_size": 16},
+    "multi_head_fused": {"attention_impl": "fused", "key_size": 12},
+    "talking_heads": {"attention": "talking_heads"},
+    "talking_heads_hk_hv": {
+        "attention": "talking_heads", "key_size": 16,
+        "talking_heads": {"num_logit_heads": 6, "num_value_heads": 2},
+    },
+    "talking_heads_logits_only": {"attention": "talking_heads",
+                                  "talking_heads": {"projections": "logits"}},
+    "talking_heads_weights_only": {"attention": "talking_heads",
+                                   "talking_heads": {"projections": "weights"}},
+    "talking_heads_chunked": {"attention": "talking_heads",
+                              "talking_heads": {"impl": "chunked", "query_chunk_size": 5}},
+}
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_variant_builds_runs_and_has_finite_gradients(variant, norm, rng):
+    overrides = dict(VARIANTS[variant])
+    fused = overrides.get("attention_impl") == "fused"
+    cfg = tiny_config(norm_placement=norm, dropout_rate=0.1,
+                      attention_dropout_rate=0.0 if fused else 0.1, **overrides)
+    model = BertForMaskedLM(cfg)
+    ids, types, mask = random_batch(rng, pad_from=9)
+    params = init_params(model, ids, types, mask)
+
+    def loss(p):
+        out = model.apply({"params": p}, ids, types, mask, deterministic=False,
+                          rngs={"dropout": jax.random.key(1)})
+        return jnp.mean(jax.nn.logsumexp(out["mlm_logits"], -1)), out
+
+    (value, out), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    assert out["hidden_states"].shape == (3, 12, cfg.hidden_size)
+    assert out["mlm_logits"].shape == (3, 12, cfg.vocab_size)
+    assert np.isfinite(float(value))
+    named = {jax.tree_util.keystr(p): g for p, g in jax.tree_util.tree_leaves_with_path(grads)}
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in named.values())
+    # Every parameter gets a gradient (a dead branch would give exact zeros), except
+    # the pooler (unused by the MLM loss) and the key bias (softmax is shift-invariant).
+    exempt = ("pooler", "['key']['bias']")
+    dead = [name for name, g in named.items()
+            if float(jnp.abs(g).max()) == 0 and not any(e in name for e in exempt)]
+    assert dead == []
+
+
+def attention_module(cfg):
+    return attention.get(cfg.attention)(cfg)
+
+
+def run_attention(cfg, params, x, mask):
+    return attention_module(cfg).apply({"params": params}, x, mask, True)
+
+
+def test_talking_heads_with_identity_projections_equals_multi_head(rng):
+    mh_cfg = tiny_config(key_size=12, value_size=6)
+    th_cfg = tiny_config(key_size=12, value_size=6, attention="talking_heads",
+                         talking_heads={"init": "identity"})
+    x = jax.random.normal(rng, (2, 10, 32))
+    mask = jnp.ones((2, 10), bool).at[1, 7:].set(False)
+    mh_params = init_params(attention_module(mh_cfg), x, mask, True)
+    th_params = init_params(attention_module(th_cfg), x, mask, True, seed=5)
+    np.testing.assert_array_equal(th_params["logits_mixing"], np.eye(4))
+    th_params = {**th_params, **mh_params}  # same q/k/v/o weights, identity mixing
+    np.testing.assert_allclose(
+        run_attention(th_cfg, th_params, x, mask), run_attention(mh_cfg, mh_params, x, mask),
+        atol=1e-5, rtol=1e-5,
+    )
+
+
+def test_explicit_head_sizes_equal_default(rng):
+    default, explicit = tiny_config(), tiny_config(key_size=8, value_size=8)
+    ids, types, mask = random_batch(rng, pad_from=8)
+    params = init_params(BertForMaskedLM(default), ids, types, mask)
+    a = BertForMaskedLM(default).apply({"params": params}, ids, types, mask)
+    b = BertForMaskedLM(explicit).apply({"params": params}, ids, types, mask)
+    np.testing.assert_array_equal(a["mlm_logits"], b["mlm_logits"])
+
+
+@pytest.mark.parametrize("key_size,value_size", [(8, 8), (12, 8), (8, 20)])
+def test_fused_path_equals_einsum_path(key_size, value_size, rng):
+    einsum = tiny_config(key_size=key_size, value_size=value_size, attention_impl="einsum")
+    fused = einsum.replace(attention_impl="fused")
+    x = jax.random.normal(rng, (2, 9, 32))
+    mask = jnp.ones((2, 9), bool).at[0, 5:].set(False)
+    params = init_params(attention_module(einsum), x, mask, True)
+
+    def loss(cfg, p):
+        return jnp.sum(jnp.sin(run_attention(cfg, p, x, mask)))
+
+    np.testing.assert_allclose(run_attention(fused, params, x, mask),
+                               run_attention(einsum, params, x, mask), atol=1e-5)
+    g_fused = jax.grad(lambda p: loss(fused, p))(params)
+    g_einsum = jax.grad(lambda p: loss(einsum, p))(params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), g_fused, g_einsum)
+
+
+@pytest.mark.parametrize("length,chunk", [(16, 4), (13, 5)])
+def test_chunked_talking_heads_equals_full_values_and_gradients(length, chunk, rng):
+    full = tiny_config(attention="talking_heads", key_size=12,
+                       talking_heads={"num_logit_heads": 6, "num_value_heads": 3})
+    chunked = full.replace(talking_heads=full.talking_heads.__class__(
+        num_logit_heads=6, num_value_heads=3, impl="chunked", query_chunk_size=chunk))
+    x = jax.random.normal(rng, (2, length, 32))
+    mask = jnp.ones((2, length), bool).at[1, length - 4:].set(False)
+    params = init_params(attention_module(full), x, mask, True)
+
+    def loss(cfg, p, x):
+        return jnp.sum(jnp.cos(run_attention(cfg, p, x, mask)))
+
+    np.testing.assert_allclose(run_attention(chunked, params, x, mask),
+                               run_attention(full, params, x, mask), atol=1e-5)
+    g_chunked = jax.grad(loss, argnums=(1, 2))(chunked, params, x)
+    g_full = jax.grad(loss, argnums=(1, 2))(full, params, x)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), g_chunked, g_full)
+
+
+PADDING_CASES = {
+    "multi_head": {},
+    "multi_head_fused": {"attention_impl": "fused"},
+    "talking_heads_mask_after": {"attention": "talking_heads"},
+    "talking_heads_mask_before": {"attention": "talking_heads",
+                                  "talking_heads": {"mask_placement": "before"}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(PADDING_CASES))
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_appending_padding_leaves_real_positions_unchanged(case, norm, rng):
+    cfg = tiny_config(norm_placement=norm, **PADDING_CASES[case])
+    model = BertForMaskedLM(cfg)
+    ids, types, mask = random_batch(rng, length=8)
+    params = init_params(model, ids, types, mask)
+    # Scale the mixing matrices up so a leak through padded keys could not hide.
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, p: p * 3.0 if "mixing" in jax.tree_util.keystr(path) else p, params)
+    short = model.apply({"params": params}, ids, types, mask)["hidden_states"]
+    pad_ids = jax.random.randint(jax.random.key(7), (3, 6), 1, cfg.vocab_size)
+    long_ids = jnp.concatenate([ids, pad_ids], axis=1)
+    long_mask = jnp.concatenate([mask, jnp.zeros_like(pad_ids)], axis=1)
+    long = model.apply({"params": params}, long_ids, jnp.zeros_like(long_ids), long_mask)
+    np.testing.assert_allclose(long["hidden_states"][:, :8], short, atol=1e-5)
+
+
+def test_sparse_mlm_head_equals_dense_head_at_those_positions(rng):
+    cfg = tiny_config(attention="talking_heads")
+    model = BertForMaskedLM(cfg)
+    ids, types, mask = random_batch(rng)
+    params = init_params(model, ids, types, mask)
+    positions = jnp.array([[0, 3, 3], [1, 2, 11], [5, 6, 7]])
+    dense = model.apply({"params": params}, ids, types, mask)["mlm_logits"]
+    sparse = model.apply({"params": params}, ids, types, mask, positions)["mlm_logits"]
+    expected = jnp.take_along_axis(dense, positions[..., None], axis=1)
+    np.testing.assert_allclose(sparse, expected, atol=1e-5)
+
+
+def test_mlm_head_is_tied_to_word_embeddings(rng):
+    cfg = tiny_config()
+    model = BertForMaskedLM(cfg)
+    ids, types, mask = random_batch(rng)
+    params = init_params(model, ids, types, mask)
+    flat = jax.tree_util.tree_leaves_with_path(params)
+    vocab_sized = [jax.tree_util.keystr(p) for p, v in flat if v.shape[0] == cfg.vocab_size]
+    assert vocab_sized == ["['bert']['embeddings']['word']['embedding']",
+                           "['mlm_head']['output_bias']"]
+
+
+def test_registry_lists_both_variants_and_rejects_unknown():
+    assert attention.names() == ("multi_head", "talking_heads")
+    with pytest.raises(KeyError, match="unknown"):
+        attention.get("linear_attention")
+
+
+def test_parameters_carry_logical_axes(rng):
+    cfg = tiny_config(attention="talking_heads")
+    ids, types, mask = random_batch(rng)
+    boxed = BertForMaskedLM(cfg).init(jax.random.key(0), ids, types, mask)["params"]
+    specs = nn.get_partition_spec(boxed)
+    layer = specs["bert"]["encoder"]["layer_0"]
+    assert tuple(layer["attention"]["query"]["kernel"]) == ("embed", "heads", "kv")
+    assert tuple(layer["attention"]["out"]["kernel"]) == ("heads", "kv", "embed")
+    assert tuple(layer["mlp"]["intermediate"]["kernel"]) == ("embed", "mlp")
+    assert tuple(specs["bert"]["embeddings"]["word"]["embedding"]) == ("vocab", "embed")
+    unannotated = [
+        jax.tree_util.keystr(p) for p, v in jax.tree_util.tree_leaves_with_path(
+            boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+        if not isinstance(v, nn.Partitioned)
+    ]
+    assert unannotated == []

@@ -1,0 +1,115 @@
+"""Configs: parameter counts against BERT and the papers, validation, arg parsing."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import pytest
+
+from configs import grids
+from configs import model as model_configs
+from models import BertForMaskedLM, ConfigError, ModelConfig
+
+
+def model_config(arg: str) -> ModelConfig:
+    return ModelConfig.from_config(model_configs.get_config(arg).model)
+
+
+def count_params(cfg: ModelConfig) -> tuple[int, int]:
+    """(parameters without the MLM head, MLM head parameters), shapes only."""
+    ids = jnp.zeros((1, 8), jnp.int32)
+    shapes = jax.eval_shape(lambda: BertForMaskedLM(cfg).init(jax.random.key(0), ids))
+    params = nn.unbox(shapes)["params"]
+    head = sum(x.size for x in jax.tree.leaves(params["mlm_head"]))
+    return sum(x.size for x in jax.tree.leaves(params)) - head, head
+
+
+def test_bert_base_has_exactly_the_published_parameter_count():
+    encoder, head = count_params(model_config("size=base"))
+    assert encoder == 109_482_240
+    # transform D*D + D, LayerNorm 2D, output bias over the vocabulary (decoder tied).
+    assert head == 768 * 768 + 768 + 2 * 768 + 30522
+
+
+PAPER_COUNTS_M = {  # DESIGN.md: the low-rank paper's counts (millions)
+    row.name: row.reported["params_m"]
+    for rows in grids.GRIDS.values() for row in rows if "params_m" in row.reported
+}
+
+
+@pytest.mark.parametrize("row", sorted(PAPER_COUNTS_M))
+def test_low_rank_rows_match_the_papers_parameter_counts(row):
+    encoder, head = count_params(model_config(f"row={row}"))
+    # The paper rounds to millions and counts its heads in some rows: within 1%.
+    assert encoder / 1e6 == pytest.approx(PAPER_COUNTS_M[row], rel=0.01)
+
+
+def test_table_2a_counts_match_design_to_a_tenth_of_a_million():
+    got = [count_params(model_config(f"row=lowrank_2a_h{h}"))[0] / 1e6 for h in (8, 12, 16, 32)]
+    assert got == pytest.approx([167.4, 192.6, 217.8, 318.6], abs=0.05)
+
+
+@pytest.mark.parametrize("hk,h,hv", [(12, 12, 12), (6, 12, 24), (24, 12, 4)])
+def test_talking_heads_adds_exactly_the_two_mixing_matrices_per_layer(hk, h, hv):
+    th = model_config(f"size=mini,attention=talking_heads,th_logit_heads={hk},"
+                      f"th_value_heads={hv},heads={h},key_size=64,value_size=64")
+    mh_hk = model_config(f"size=mini,heads={hk},key_size=64,value_size=64")
+    # q/k sized by h_k, v/o by h_v: compare against projections counted directly.
+    d, k, v, layers = 256, 64, 64, 4
+    qkvo = lambda nq, nv: 2 * (d * nq * k + nq * k) + (d * nv * v + nv * v) + nv * v * d + d  # noqa: E731
+    expected_delta = layers * (qkvo(hk, hv) - qkvo(hk, hk) + hk * h + h * hv)
+    assert count_params(th)[0] - count_params(mh_hk)[0] == expected_delta
+
+
+def test_every_grid_row_builds_a_valid_config():
+    for name in grids.ROWS:
+        cfg = model_config(f"row={name}")
+        assert cfg.num_layers > 0
+
+
+def test_arg_parsing_types_and_overrides():
+    cfg = model_config("size=base,attention=talking_heads,heads=24,key_size=128,dropout=0")
+    assert (cfg.num_heads, cfg.head_key_size, cfg.head_value_size) == (24, 128, 32)
+    assert cfg.attention == "talking_heads" and cfg.dropout_rate == 0
+    cfg = model_config("row=lowrank_2b_dp256")
+    assert (cfg.hidden_size, cfg.num_heads, cfg.head_key_size, cfg.head_value_size) == (
+        512, 8, 256, 256)
+
+
+BAD_CONFIGS = [
+    ("size=enormous", "model.size='enormous' is unknown"),
+    ("size=base,heads=5", "model.num_heads=5 does not divide model.hidden_size=768"),
+    ("size=base,attention=linear", "model.attention='linear' is unknown"),
+    ("size=base,key_size=0", "model.key_size=0 must be a positive integer"),
+    ("size=base,value_size=-4", "model.value_size=-4 must be a positive integer"),
+    ("size=base,layers=0", "model.num_layers=0 must be a positive integer"),
+    ("size=base,norm=middle", "model.norm_placement='middle' is unknown"),
+    ("size=base,impl=fused", "set model.attention_dropout_rate=0"),
+    ("size=base,dropout=1.5", "model.dropout_rate=1.5 must be in [0, 1)"),
+    ("size=base,attention=talking_heads,th_init=identity,th_logit_heads=6",
+     "init='identity' needs num_logit_heads == num_heads"),
+    ("size=base,attention=talking_heads,th_projections=weights,th_logit_heads=6",
+     "no logits projection"),
+    ("size=base,attention=talking_heads,th_mask=sideways", "mask_placement='sideways'"),
+    ("size=base,bogus=1", "unknown config arg(s) ['bogus']"),
+    ("row=nope", "row='nope' is unknown"),
+]
+
+
+@pytest.mark.parametrize("arg,message", BAD_CONFIGS)
+def test_bad_configs_fail_with_one_clear_line(arg, message):
+    with pytest.raises(ValueError) as info:
+        model_config(arg)
+    text = str(info.value)
+    assert message in text and "\n" not in text
+
+
+def test_heads_need_not_divide_width_when_both_sizes_are_set():
+    cfg = model_config("size=base,heads=5,key_size=128,value_size=128")
+    assert cfg.num_heads == 5
+
+
+def test_unknown_model_field_is_rejected():
+    with pytest.raises(ConfigError, match="unknown field"):
+        ModelConfig.from_config({"hidden_size": 64, "colour": "blue"})
