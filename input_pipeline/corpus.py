@@ -57,6 +57,9 @@ DEFAULT_MAX_LINE_CHARS = 100_000
 
 _GUTENBERG_START = re.compile(r"^\*\*\*\s*START OF", re.IGNORECASE)
 _GUTENBERG_END = re.compile(r"^\*\*\*\s*END OF", re.IGNORECASE)
+# Credits that sit inside the START/END markers of most books.
+_GUTENBERG_PRODUCED_BY = re.compile(r"^produced by\b", re.IGNORECASE)
+_GUTENBERG_END_LINE = re.compile(r"^end of (the )?project gutenberg", re.IGNORECASE)
 
 # Directories of the standard library whose docstrings are not prose worth learning
 # from (test suites, the IDLE and turtle demos) or are not the standard library.
@@ -89,31 +92,27 @@ def _read_lines(path: Path, max_line_chars: int) -> Iterator[tuple[str, bool]]:
     """Yields (text, starts_line) for each line of a UTF-8 file, newline removed.
 
     A BOM is dropped and CRLF / CR become LF. A line longer than `max_line_chars` comes
-    as several pieces (cut at the last whitespace where there is one); only the first
-    piece has starts_line=True. Reads at most ~2 * max_line_chars characters at a time.
+    as several pieces of at most that length (cut at whitespace where there is some);
+    only the first piece has starts_line=True. Memory stays O(max_line_chars) even for
+    a file without any newline.
     """
     with open(path, "rb") as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors=_ERRORS, newline=None)
         starts_line = True
-        carry = ""
+        carry = ""  # the unfinished tail of a long line
         while True:
             chunk = text.readline(max_line_chars)
-            if not chunk:
-                if carry:
-                    yield carry, starts_line
+            if not chunk and not carry:
                 return
-            full = len(chunk) == max_line_chars and not chunk.endswith("\n")
-            chunk = carry + chunk
-            carry = ""
-            if not full:  # a complete line (the last one may lack its newline)
-                yield chunk.removesuffix("\n"), starts_line
-                starts_line = True
-                continue
-            cut = max(chunk.rfind(" "), chunk.rfind("\t"))
-            if cut > 0:
-                chunk, carry = chunk[:cut], chunk[cut + 1:]
-            yield chunk, starts_line
-            starts_line = False
+            complete = not chunk or chunk.endswith("\n") or len(chunk) < max_line_chars
+            pieces = _split_long_line(carry + chunk.removesuffix("\n"), max_line_chars)
+            if not complete:  # more of this line follows: keep the last piece open
+                carry = pieces.pop()
+            for piece in pieces:
+                yield piece, starts_line
+                starts_line = False
+            if complete:
+                carry, starts_line = "", True
 
 
 def _split_long_line(line: str, max_line_chars: int) -> list[str]:
@@ -281,7 +280,17 @@ def read_text_file(
                 break
     except OSError as e:
         raise CorpusError(f"corpus: cannot read {path}: {e.strerror or e}") from e
-    return builder.finish(), _replaced.count
+    docs = builder.finish()
+    if builder.layout == "paragraphs":
+        docs = [_drop_gutenberg_credits(d) for d in docs]
+    return [d for d in docs if d], _replaced.count
+
+
+def _drop_gutenberg_credits(doc: Document) -> Document:
+    """Drops a leading 'Produced by ...' and any 'End of the Project Gutenberg ...'."""
+    if doc and _GUTENBERG_PRODUCED_BY.match(doc[0]):
+        doc = doc[1:]
+    return [s for s in doc if not _GUTENBERG_END_LINE.match(s)]
 
 
 @dataclasses.dataclass(frozen=True)

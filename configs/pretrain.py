@@ -1,0 +1,94 @@
+"""MLM pretraining config.
+
+  python train.py --config configs/pretrain.py --workdir /tmp/bert_mini
+  python train.py --config configs/pretrain.py:size=mini,attention=talking_heads,steps=2000 \
+      --config.data.corpus=../shared/data/corpus --workdir runs/th_mini
+
+`arg` takes the model keys of configs/model.py (size, attention, heads,
+key_size, row, ...) plus the short keys in PRETRAIN_ARGS; any field can also be
+set with --config.FIELD=VALUE. The defaults are a small run that works offline
+(the Python standard library's own documentation as the corpus) and shows the
+MLM loss falling within minutes on a laptop CPU; the papers' runs set the size,
+corpus, steps and batch.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs import model as model_configs
+
+# Short arg -> config field.
+PRETRAIN_ARGS = {
+    "steps": "num_train_steps",
+    "batch": "batch_size",
+    "seq_len": "data.max_seq_length",
+    "lr": "optimizer.learning_rate",
+    "optimizer": "optimizer.name",
+    "corpus": "data.corpus",
+    "seed": "seed",
+}
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    args = model_configs.parse_arg(arg)
+    model_args = model_configs.split_args(args, set(PRETRAIN_ARGS))
+
+    config = ml_collections.ConfigDict()
+    config.seed = 0  # drives init, data order, masking and dropout
+
+    config.model = model_configs.model_defaults()
+    model_configs.apply_size(config.model, "mini")
+    model_configs.apply_model_args(config.model, model_args)
+
+    config.data = data = ml_collections.ConfigDict()
+    # None: the installed Python standard library's docstrings (offline, English).
+    # 'hf:NAME[:CONFIG[:SPLIT]]': a Hugging Face hub dataset, e.g.
+    # hf:Salesforce/wikitext:wikitext-103-raw-v1:train. Otherwise: files, dirs or
+    # globs, comma separated (Project Gutenberg boilerplate is stripped).
+    data.corpus = ml_collections.config_dict.placeholder(str)
+    data.text_column = "text"  # column of a hub dataset holding the text
+    data.max_corpus_chars = ml_collections.config_dict.placeholder(int)  # cap; None = all
+    data.tokenizer = ml_collections.config_dict.placeholder(str)  # vocab.txt/tokenizer.json; None = train
+    data.vocab_size = 8192  # WordPiece vocabulary size when training the tokenizer
+    data.lowercase = True  # uncased WordPiece, as bert-base-uncased
+    data.max_seq_length = 128  # tokens per packed sequence, [CLS] and [SEP] included
+    data.sentence_pairs = False  # [CLS] A [SEP] B [SEP] with token types
+    data.max_predictions_per_seq = 20  # static number of MLM targets per sequence
+    data.mask_prob = 0.15  # fraction of tokens predicted (80% [MASK], 10% random, 10% kept)
+    data.whole_word_mask = False  # mask all WordPieces of a word together
+    data.eval_fraction = 0.02  # held-out share of documents for the MLM eval
+    data.cache_dir = ml_collections.config_dict.placeholder(str)  # None = WORKDIR/data_cache
+
+    config.batch_size = 32  # global batch (sequences per optimizer step)
+    config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide)
+    config.num_train_steps = 300  # optimizer steps
+
+    config.optimizer = opt = ml_collections.ConfigDict()
+    opt.name = "adamw"  # adamw | lamb
+    opt.learning_rate = 5e-4  # peak learning rate
+    opt.schedule = "linear"  # linear (BERT: warmup, linear decay to 0) | cosine | constant
+    opt.warmup_steps = 30  # linear warmup from 0
+    opt.b1 = 0.9
+    opt.b2 = 0.999
+    opt.eps = 1e-6
+    opt.weight_decay = 0.01  # not applied to biases and LayerNorm
+    opt.grad_clip_norm = 1.0  # global-norm clipping; 0 disables
+
+    # Mesh axes sizes; -1 takes the remaining devices. (data, fsdp, tensor).
+    config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+    # Logical axis -> mesh axes; empty uses training/sharding.py's DEFAULT_RULES.
+    config.logical_axis_rules = ()
+
+    config.log_every_steps = 10  # console + TensorBoard train metrics
+    config.eval_every_steps = 100  # held-out MLM eval; also at the last step
+    config.eval_batches = 8  # batches in each eval (fixed masking)
+    config.checkpoint_every_steps = 100  # also at the last step
+    config.keep_checkpoints = 2  # last K kept, plus the best by eval loss
+    config.nonfinite = "error"  # error: stop naming the step | skip: drop that update
+    config.peak_flops_per_device = ml_collections.config_dict.placeholder(float)  # None: look up
+
+    for key, value in args.items():
+        if key in PRETRAIN_ARGS:
+            model_configs.set_field(config, PRETRAIN_ARGS[key], value)
+    return config

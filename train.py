@@ -1,0 +1,50 @@
+"""MLM pretraining of BERT with any attention variant.
+
+  python train.py --config configs/pretrain.py --workdir /tmp/bert_mini
+  python train.py --config configs/pretrain.py:size=mini,attention=talking_heads \
+      --config.data.corpus=../shared/data/corpus --config.num_train_steps=2000 --workdir DIR
+
+Rerunning the same command in the same --workdir resumes from its last
+checkpoint. Multi-host: each process runs this same command; set
+JAX_COORDINATOR_ADDRESS/JAX_NUM_PROCESSES/JAX_PROCESS_ID (or run on a TPU pod or
+under SLURM/Open MPI, which JAX detects) and jax.distributed.initialize() joins them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "configs/pretrain.py[:ARGS]", lock_config=True)
+flags.DEFINE_string("workdir", None, "run directory: checkpoints, TensorBoard events, tokenizer")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def maybe_initialize_distributed() -> None:
+    """Joins a multi-process run when the environment describes one."""
+    import jax
+
+    if os.environ.get("JAX_COORDINATOR_ADDRESS") or os.environ.get("JAX_NUM_PROCESSES"):
+        jax.distributed.initialize()
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    maybe_initialize_distributed()
+    from training.pretrain import TrainingError, train_and_evaluate  # after distributed init
+
+    try:
+        train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    except (ValueError, TrainingError, OSError) as e:
+        # Bad input or a run that cannot go on: one line naming the cause, exit 1.
+        logging.error("%s: %s", type(e).__name__, e)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    app.run(main)

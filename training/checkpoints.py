@@ -1,0 +1,117 @@
+"""Orbax checkpoints: the train state (params, optimizer state, step) plus the
+run's config as JSON, keeping the last K and the best by a metric.
+
+Orbax writes each step into a temporary directory and renames it when complete,
+so a run killed mid-save leaves no checkpoint that looks finished. A latest
+checkpoint that still fails to restore is skipped with a warning naming it, and
+the one before is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import orbax.checkpoint as ocp
+from absl import logging
+from orbax.checkpoint import checkpoint_managers as policies
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing or does not fit; the message names the path."""
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        directory: str,
+        keep_last: int = 3,
+        best_metric: str | None = None,
+        best_mode: str = "min",
+        read_only: bool = False,
+    ):
+        self.directory = os.path.abspath(directory)
+        keep = [policies.LatestN(n=max(keep_last, 1))]
+        if best_metric:
+            keep.append(
+                policies.BestN(
+                    get_metric_fn=lambda metrics: metrics[best_metric],
+                    reverse=best_mode == "max",
+                    n=1,
+                    keep_checkpoints_without_metrics=False,
+                )
+            )
+        options = ocp.CheckpointManagerOptions(
+            preservation_policy=policies.AnyPreservationPolicy(keep),
+            enable_async_checkpointing=False,
+            read_only=read_only,
+            create=not read_only,
+        )
+        self.manager = ocp.CheckpointManager(
+            self.directory, options=options, item_names=("state", "config")
+        )
+
+    # -- queries -----------------------------------------------------------------
+    def all_steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def latest_step(self) -> int | None:
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    # -- save / restore -----------------------------------------------------------
+    def save(self, step: int, state: Any, config: dict[str, Any], metrics=None) -> None:
+        self.manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state),
+                config=ocp.args.JsonSave(json.loads(json.dumps(config, default=str))),
+            ),
+            metrics=metrics,
+            force=True,
+        )
+        self.manager.wait_until_finished()
+
+    def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
+        """(state, config, step) from `step` or the newest checkpoint that restores."""
+        candidates = [step] if step is not None else list(reversed(self.all_steps()))
+        if not candidates:
+            raise CheckpointError(f"{self.directory}: no checkpoint to restore")
+        last_error: Exception | None = None
+        for candidate in candidates:
+            try:
+                restored = self.manager.restore(
+                    candidate,
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardRestore(abstract_state),
+                        config=ocp.args.JsonRestore(),
+                    ),
+                )
+                return restored["state"], dict(restored["config"]), candidate
+            except Exception as e:  # noqa: BLE001 - any failure means "unusable"
+                last_error = e
+                logging.warning(
+                    "checkpoint %s is unreadable (%s: %s); trying the previous one",
+                    os.path.join(self.directory, str(candidate)), type(e).__name__,
+                    str(e).splitlines()[0] if str(e) else "",
+                )
+        raise CheckpointError(
+            f"{self.directory}: no checkpoint restores (last error: {last_error})"
+        )
+
+    def restore_raw(self, step: int | None = None) -> tuple[dict, dict, int]:
+        """(state as nested dicts of arrays, config, step) without a target structure."""
+        step = step if step is not None else self.latest_step()
+        if step is None:
+            raise CheckpointError(f"{self.directory}: no checkpoint to restore")
+        restored = self.manager.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(), config=ocp.args.JsonRestore()
+            ),
+        )
+        return restored["state"], dict(restored["config"]), step
+
+    def close(self) -> None:
+        self.manager.close()

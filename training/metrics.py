@@ -1,0 +1,81 @@
+"""Metric writers: TensorBoard event files (tensorboardX, no TensorFlow) and a
+console progress line. Only process 0 writes; other processes get a no-op."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+from absl import logging
+
+
+def flat_hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config -> {'model.hidden_size': 256, ...} with TensorBoard-safe values."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flat_hparams(value, f"{name}."))
+        elif isinstance(value, bool | int | float | str):
+            out[name] = value
+        else:
+            out[name] = str(value)
+    return out
+
+
+class MetricWriter:
+    def __init__(self, logdir: str, enabled: bool | None = None):
+        self.enabled = jax.process_index() == 0 if enabled is None else enabled
+        self.writer = None
+        if self.enabled:
+            from tensorboardX import SummaryWriter
+
+            os.makedirs(logdir, exist_ok=True)
+            self.writer = SummaryWriter(logdir=logdir, flush_secs=10)
+
+    def write_config(self, config: Mapping[str, Any]) -> None:
+        if not self.writer:
+            return
+        text = json.dumps(config, indent=2, sort_keys=True, default=str)
+        self.writer.add_text("config", f"```\n{text}\n```", 0)
+        self.writer.add_hparams(flat_hparams(config), {}, name="hparams")
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        if not self.writer:
+            return
+        for name, value in values.items():
+            self.writer.add_scalar(name, float(value), step)
+
+    def flush(self) -> None:
+        if self.writer:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer:
+            self.writer.close()
+
+
+class Progress:
+    """Console line: step, the given metrics, steps/s and the ETA."""
+
+    def __init__(self, total_steps: int, first_step: int = 0):
+        self.total = total_steps
+        self.start_step, self.start_time = first_step, time.time()
+
+    def line(self, step: int, values: Mapping[str, float]) -> str:
+        elapsed = time.time() - self.start_time
+        done = step - self.start_step
+        rate = done / elapsed if elapsed > 0 and done > 0 else math.nan
+        eta = (self.total - step) / rate if rate == rate and rate > 0 else math.nan
+        shown = " ".join(f"{k}={v:.4g}" for k, v in values.items())
+        eta_text = time.strftime("%H:%M:%S", time.gmtime(eta)) if eta == eta else "?"
+        return f"step {step}/{self.total} {shown} ({rate:.2f} steps/s, ETA {eta_text})"
+
+    def log(self, step: int, values: Mapping[str, float]) -> None:
+        if jax.process_index() == 0:
+            logging.info("%s", self.line(step, values))

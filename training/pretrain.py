@@ -1,0 +1,239 @@
+"""MLM pretraining: everything train.py runs, as importable functions.
+
+Sections follow the run: logging, mesh, input, model and optimizer, sharded
+state, steps, checkpoint/resume, loop. The batch for step s is a pure function
+of (seed, s), so a restarted run needs only the step stored in its checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+
+import input_pipeline
+from models import BertForMaskedLM, ModelConfig
+from models.flops import flop_count
+from training import checkpoints, hardware, metrics, sharding, steps
+from training.optimizer import make_optimizer
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot go on (non-finite loss, mismatched checkpoint); names the cause."""
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Cheap checks that fail before any data or compilation work."""
+    if config.num_train_steps <= 0:
+        raise ValueError(f"num_train_steps={config.num_train_steps} must be positive")
+    if config.batch_size <= 0:
+        raise ValueError(f"batch_size={config.batch_size} must be positive")
+    if config.grad_accum_steps <= 0 or config.batch_size % config.grad_accum_steps:
+        raise ValueError(
+            f"grad_accum_steps={config.grad_accum_steps} must divide batch_size={config.batch_size}"
+        )
+    if config.nonfinite not in ("error", "skip"):
+        raise ValueError(f"nonfinite={config.nonfinite!r} is unknown; choose error or skip")
+    if config.data.max_seq_length > config.model.max_position_embeddings:
+        raise ValueError(
+            f"data.max_seq_length={config.data.max_seq_length} exceeds "
+            f"model.max_position_embeddings={config.model.max_position_embeddings}"
+        )
+    ModelConfig.from_config(config.model)  # raises ConfigError naming the field
+
+
+def model_config_for(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
+    with config.unlocked():
+        config.model.vocab_size = vocab_size
+    return ModelConfig.from_config(config.model)
+
+
+def check_same_architecture(saved: dict[str, Any], current: ModelConfig, path: str) -> None:
+    saved_model = saved.get("model", {})
+    differs = {
+        k: (saved_model.get(k), v) for k, v in current.to_dict().items()
+        if k not in ("dropout_rate", "attention_dropout_rate", "dtype", "remat",
+                     "attention_impl", "size")
+        and saved_model.get(k) != v and not isinstance(v, dict)
+    }
+    if differs:
+        name, (old, new) = next(iter(sorted(differs.items())))
+        raise TrainingError(
+            f"{path} holds a checkpoint of a different architecture "
+            f"(model.{name}: checkpoint {old!r}, config {new!r}); use a new --workdir"
+        )
+
+
+def host_batch_to_global(batch: dict[str, np.ndarray], mesh, rules) -> dict[str, jax.Array]:
+    """This process's rows -> one global array per feature, sharded on the batch axis."""
+    return {
+        k: jax.make_array_from_process_local_data(
+            sharding.batch_sharding(mesh, rules, v.ndim), v)
+        for k, v in batch.items()
+    }
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
+    """Pretrains (resuming from `workdir` if it holds checkpoints); returns the last eval."""
+    validate(config)
+    os.makedirs(workdir, exist_ok=True)
+    is_main = jax.process_index() == 0
+
+    # -- mesh -----------------------------------------------------------------------
+    mesh = sharding.make_mesh(dict(config.mesh))
+    rules = sharding.rules_from_config(config.logical_axis_rules)
+    divisor = sharding.batch_divisor(mesh, rules)
+    if config.batch_size % (divisor * config.grad_accum_steps):
+        raise ValueError(
+            f"batch_size={config.batch_size} must divide by the batch shards ({divisor}) "
+            f"times grad_accum_steps ({config.grad_accum_steps})"
+        )
+    logging.info("mesh %s over %d devices (%d processes)", dict(mesh.shape),
+                 jax.device_count(), jax.process_count())
+
+    # -- input ----------------------------------------------------------------------
+    data = input_pipeline.build_pretraining_data(config.data, workdir, seed=config.seed)
+    batcher = data.batcher(config.batch_size, seed=config.seed)
+    eval_batches = data.eval_batches(config.batch_size, config.eval_batches, seed=config.seed)
+    rows = input_pipeline.process_rows(config.batch_size, jax.process_index(),
+                                       jax.process_count())
+
+    # -- model and optimizer --------------------------------------------------------
+    model_cfg = model_config_for(config, data.vocab_size)
+    model = BertForMaskedLM(model_cfg)
+    optimizer, schedule = make_optimizer(config.optimizer, config.num_train_steps)
+    seq_len, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq
+
+    def init_state(rng):
+        ids = jnp.zeros((1, seq_len), jnp.int32)
+        params = model.init(rng, ids, ids, ids, jnp.zeros((1, predictions), jnp.int32))["params"]
+        return {"step": jnp.zeros((), jnp.int32), "params": params,
+                "opt_state": optimizer.init(params)}
+
+    # -- sharded state: shapes -> shardings -> state created directly sharded ----------
+    boxed_shapes = jax.eval_shape(init_state, jax.random.key(config.seed))
+    state_shardings = sharding.logical_shardings(boxed_shapes, mesh, rules)
+    abstract_state = jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+        nn.unbox(boxed_shapes), state_shardings)
+    num_params = sum(x.size for x in jax.tree.leaves(abstract_state["params"]))
+    logging.info("model %s: %.2fM parameters", model_cfg.attention, num_params / 1e6)
+
+    with mesh, nn.logical_axis_rules(rules):
+        init_fn = jax.jit(lambda r: nn.unbox(init_state(r)), out_shardings=state_shardings)
+        train_step = jax.jit(
+            steps.make_train_step(model, optimizer, schedule, config.seed,
+                                  config.grad_accum_steps, config.nonfinite == "skip"),
+            in_shardings=(state_shardings, None),
+            out_shardings=(state_shardings, None),
+            donate_argnums=(0,),
+        )
+        eval_step = jax.jit(steps.make_eval_step(model))
+
+    # -- checkpoint / resume --------------------------------------------------------
+    run_config = config.to_dict()
+    checkpointer = checkpoints.Checkpointer(
+        os.path.join(workdir, "checkpoints"), keep_last=config.keep_checkpoints,
+        best_metric="eval_loss")
+    if checkpointer.latest_step() is not None:
+        state, saved_config, start = checkpointer.restore(abstract_state)
+        check_same_architecture(saved_config, model_cfg, workdir)
+        logging.info("resumed from %s at step %d", checkpointer.directory, start)
+    else:
+        with mesh, nn.logical_axis_rules(rules):
+            state = init_fn(jax.random.key(config.seed))
+        start = 0
+    if is_main:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            json.dump(run_config, f, indent=2, default=str)
+
+    writer = metrics.MetricWriter(workdir)
+    if start == 0:
+        writer.write_config(run_config)
+    progress = metrics.Progress(config.num_train_steps, start)
+    flops = flop_count(model_cfg, seq_len)
+    step_flops = flops.train_step(config.batch_size * seq_len, config.batch_size * predictions)
+    peak = config.peak_flops_per_device or hardware.peak_flops_per_device()
+    tokens_per_step = config.batch_size * seq_len
+
+    def evaluate() -> dict[str, float]:
+        totals = {"loss_sum": 0.0, "correct": 0.0, "weight": 0.0}
+        with mesh, nn.logical_axis_rules(rules):
+            for i in range(len(eval_batches)):
+                batch = host_batch_to_global(eval_batches.batch(i, rows), mesh, rules)
+                sums = jax.device_get(eval_step(state["params"], batch))
+                totals = {k: totals[k] + float(sums[k]) for k in totals}
+        loss = totals["loss_sum"] / max(totals["weight"], 1.0)
+        return {"eval_loss": loss, "eval_accuracy": totals["correct"] / max(totals["weight"], 1),
+                "eval_perplexity": float(np.exp(min(loss, 50.0)))}
+
+    # -- loop -----------------------------------------------------------------------
+    last_eval: dict[str, float] = {}
+    window_start, window_steps = time.time(), 0
+    for step in range(start, config.num_train_steps):
+        batch = host_batch_to_global(batcher.batch(step, rows), mesh, rules)
+        with mesh, nn.logical_axis_rules(rules):
+            state, step_metrics = train_step(state, batch)
+        window_steps += 1
+        done = step + 1
+        last = done == config.num_train_steps
+        if done % config.log_every_steps == 0 or last or config.nonfinite == "error":
+            m = jax.device_get(step_metrics)
+            if not bool(m["finite"]) and config.nonfinite == "error":
+                raise TrainingError(
+                    f"non-finite loss or gradient at step {step} (loss_sum={m['loss_sum']}, "
+                    f"grad_norm={m['grad_norm']}); not checkpointed. Lower the learning rate "
+                    f"or set --config.nonfinite=skip"
+                )
+        if done % config.log_every_steps == 0 or last:
+            elapsed = time.time() - window_start
+            steps_per_s = window_steps / max(elapsed, 1e-9)
+            values = {
+                "loss": float(m["loss_sum"]) / max(float(m["weight"]), 1.0),
+                "mlm_accuracy": float(m["correct"]) / max(float(m["weight"]), 1.0),
+                "learning_rate": float(m["learning_rate"]),
+                "grad_norm": float(m["grad_norm"]),
+                "param_norm": float(m["param_norm"]),
+                "update_norm": float(m["update_norm"]),
+                "step_time_s": elapsed / window_steps,
+                "tokens_per_s": tokens_per_step * steps_per_s,
+                "mfu": step_flops * steps_per_s / (peak * jax.device_count()),
+                "skipped_nonfinite": 0.0 if bool(m["finite"]) else 1.0,
+                "epoch": batcher.epoch(done),
+            }
+            writer.scalars(done, values)
+            progress.log(done, {k: values[k] for k in ("loss", "mlm_accuracy", "learning_rate",
+                                                        "tokens_per_s", "mfu")})
+            window_start, window_steps = time.time(), 0
+        if done % config.eval_every_steps == 0 or last:
+            last_eval = evaluate()
+            writer.scalars(done, last_eval)
+            logging.info("eval at step %d: %s", done,
+                         " ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
+        if done % config.checkpoint_every_steps == 0 or last:
+            checkpointer.save(done, state, run_config,
+                              metrics={"eval_loss": last_eval["eval_loss"]} if last_eval else None)
+        writer.flush()
+    if is_main and last_eval:
+        write_json_atomic(os.path.join(workdir, "final_metrics.json"),
+                          {"step": config.num_train_steps, **last_eval})
+    writer.close()
+    checkpointer.close()
+    return last_eval
+
+
+def write_json_atomic(path: str, value: Any) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

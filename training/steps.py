@@ -1,0 +1,115 @@
+"""The pure, jit-compiled MLM train and eval steps.
+
+Einsum letters: B batch, P masked positions per sequence, V vocabulary.
+
+Metrics leave the step as sums plus a denominator (loss_sum, correct, weight),
+so they average correctly over micro-batches, devices and hosts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+Batch = dict[str, jax.Array]
+
+
+def mlm_sums(logits: jax.Array, targets: jax.Array, weights: jax.Array) -> dict[str, jax.Array]:
+    """Cross-entropy and accuracy sums over the real MLM targets: (B, P, V), (B, P), (B, P)."""
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    return {
+        "loss_sum": jnp.sum(losses * weights),
+        "correct": jnp.sum(correct * weights),
+        "weight": jnp.sum(weights),
+    }
+
+
+def model_outputs(model, params, batch: Batch, deterministic: bool, rng=None):
+    rngs = None if rng is None else {"dropout": rng}
+    return model.apply(
+        {"params": params},
+        batch["input_ids"],
+        batch["token_type_ids"],
+        batch["attention_mask"],
+        batch["masked_positions"],
+        deterministic=deterministic,
+        rngs=rngs,
+    )
+
+
+def global_norm(tree: Any) -> jax.Array:
+    return optax.global_norm(tree)
+
+
+def make_train_step(model, optimizer: optax.GradientTransformation, schedule, seed: int,
+                    grad_accum_steps: int = 1, skip_nonfinite: bool = False):
+    """Returns train_step(state, batch) -> (state, metrics); state = {step, params, opt_state}."""
+
+    def loss_and_sums(params, batch, rng):
+        out = model_outputs(model, params, batch, deterministic=False, rng=rng)
+        sums = mlm_sums(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
+        return sums["loss_sum"], sums
+
+    grad_fn = jax.grad(loss_and_sums, has_aux=True)
+
+    def train_step(state, batch: Batch):
+        # The dropout key is a function of (seed, step): a resumed run draws the same masks.
+        rng = jax.random.fold_in(jax.random.key(seed), state["step"])
+        if grad_accum_steps == 1:
+            grads, sums = grad_fn(state["params"], batch, rng)
+        else:
+            micro = jax.tree.map(
+                lambda x: x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps,
+                                    *x.shape[1:]), batch)
+
+            def accumulate(carry, inputs):
+                index, micro_batch = inputs
+                g, s = grad_fn(state["params"], micro_batch, jax.random.fold_in(rng, index))
+                return jax.tree.map(jnp.add, carry, (g, s)), None
+
+            zeros = (
+                jax.tree.map(jnp.zeros_like, state["params"]),
+                {k: jnp.zeros((), jnp.float32) for k in ("loss_sum", "correct", "weight")},
+            )
+            (grads, sums), _ = jax.lax.scan(
+                accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
+        # Mean over every real target of the global batch.
+        denominator = jnp.maximum(sums["weight"], 1.0)
+        grads = jax.tree.map(lambda g: g / denominator, grads)
+        updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        grad_norm = global_norm(grads)
+        finite = jnp.isfinite(sums["loss_sum"]) & jnp.isfinite(grad_norm)
+        new_state = {"step": state["step"] + 1, "params": params, "opt_state": opt_state}
+        if skip_nonfinite:
+            # Keep the old params/optimizer state but advance the step (the data moves on).
+            new_state = {
+                "step": state["step"] + 1,
+                "params": jax.tree.map(lambda n, o: jnp.where(finite, n, o), params,
+                                       state["params"]),
+                "opt_state": jax.tree.map(lambda n, o: jnp.where(finite, n, o), opt_state,
+                                          state["opt_state"]),
+            }
+        metrics = {
+            **sums,
+            "grad_norm": grad_norm,
+            "param_norm": global_norm(params),
+            "update_norm": global_norm(updates),
+            "learning_rate": schedule(state["step"]),
+            "finite": finite,
+        }
+        return new_state, metrics
+
+    return train_step
+
+
+def make_eval_step(model):
+    def eval_step(params, batch: Batch) -> dict[str, jax.Array]:
+        out = model_outputs(model, params, batch, deterministic=True)
+        return mlm_sums(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
+
+    return eval_step
