@@ -49,7 +49,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     data.corpus = ml_collections.config_dict.placeholder(str)
     data.text_column = "text"  # column of a hub dataset holding the text
     data.max_corpus_chars = ml_collections.config_dict.placeholder(int)  # cap; None = all
-    data.tokenizer = ml_collections.config_dict.placeholder(str)  # vocab.txt/tokenizer.json; None = train
+    # An existing vocab.txt / tokenizer.json; None trains WordPiece on the corpus.
+    data.tokenizer = ml_collections.config_dict.placeholder(str)
     data.vocab_size = 8192  # WordPiece vocabulary size when training the tokenizer
     data.lowercase = True  # uncased WordPiece, as bert-base-uncased
     data.max_seq_length = 128  # tokens per packed sequence, [CLS] and [SEP] included
@@ -62,7 +63,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config.batch_size = 32  # global batch (sequences per optimizer step)
     config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide)
-    config.num_train_steps = 300  # optimizer steps
+    config.num_train_steps = 300  # optimizer steps (the schedule spans these)
+    # End this invocation at this step (checkpointed); rerun to continue. None = run to the end.
+    config.stop_after_steps = ml_collections.config_dict.placeholder(int)
 
     config.optimizer = opt = ml_collections.ConfigDict()
     opt.name = "adamw"  # adamw | lamb

@@ -135,11 +135,12 @@ class EvalBatches:
     def __len__(self) -> int:
         return self.num_batches
 
-    def batch(self, i: int) -> dict[str, np.ndarray]:
+    def batch(self, i: int, rows: slice | None = None) -> dict[str, np.ndarray]:
+        """This process's rows of eval batch i (or the given rows of it)."""
         if not 0 <= i < self.num_batches:
             raise IndexError(f"eval batch {i} of {self.num_batches}")
         examples = i * self.global_batch_size + np.arange(self.global_batch_size)
-        examples = examples[self.rows]
+        examples = examples[self.rows if rows is None else rows]
         real = examples < len(self.data)
         rows = np.where(real, examples, examples % len(self.data))
         rngs = [np.random.default_rng([self.seed, _EVAL_MASK, int(e)]) for e in rows]

@@ -510,9 +510,11 @@ class Corpus(Protocol):
     def documents(self) -> list[Document]: ...  # raises CorpusError when empty
 
 
-def parse_corpus_spec(spec: str | Sequence[str] | None, max_chars: int | None = None) -> Corpus:
+def parse_corpus_spec(spec: str | Sequence[str] | None, max_chars: int | None = None,
+                      text_column: str = "text") -> Corpus:
     """None / "stdlib" -> StdlibDocstrings; "hf:NAME[:CONFIG[:SPLIT[:COLUMN]]]" ->
-    HubDataset; otherwise comma-separated files, directories and globs -> TextFiles."""
+    HubDataset (COLUMN defaults to `text_column`); otherwise comma-separated files,
+    directories and globs -> TextFiles."""
     if spec is None or (isinstance(spec, str) and spec.strip() in ("", "stdlib")):
         return StdlibDocstrings(max_chars=max_chars)
     if isinstance(spec, str) and spec.startswith("hf:"):
@@ -521,8 +523,8 @@ def parse_corpus_spec(spec: str | Sequence[str] | None, max_chars: int | None = 
             raise CorpusError(f"corpus: bad hub spec {spec!r}, "
                               "expected hf:NAME[:CONFIG[:SPLIT[:COLUMN]]]")
         parts += [""] * (4 - len(parts))
-        return HubDataset(parts[0], parts[1] or None, parts[2] or "train", parts[3] or "text",
-                          max_chars)
+        return HubDataset(parts[0], parts[1] or None, parts[2] or "train",
+                          parts[3] or text_column, max_chars)
     paths = tuple(_split_spec(spec))
     if not paths:
         raise CorpusError(f"corpus: empty path list {spec!r}")

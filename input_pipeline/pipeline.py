@@ -1,12 +1,13 @@
 """One call from a corpus spec to packed, cached pretraining data and batch iterators.
 
-  data = build_pretraining_data("stdlib", workdir / "data", vocab_size=8192,
-                                max_seq_length=128)
-  train = data.train_batches(global_batch_size=256, seed=0, max_predictions=20,
-                             process_index=jax.process_index(),
-                             process_count=jax.process_count())
-  batch = train(step)          # numpy dict, this process's rows of step `step`
-  for batch in data.eval_batches(256, max_predictions=20): ...
+  data = build_pretraining_data("stdlib", workdir / "data_cache", vocab_size=8192,
+                                max_seq_length=128, max_predictions_per_seq=20)
+  # or: data = from_config(config.data, workdir)
+  rows = process_rows(global_batch_size, jax.process_index(), jax.process_count())
+  batcher = data.batcher(global_batch_size, seed=0)
+  batch = batcher.batch(step, rows)   # numpy dict: this process's rows of step `step`
+  evals = data.eval_batches(global_batch_size, num_batches=8)
+  for i in range(len(evals)): batch = evals.batch(i, rows)
 
 Cache layout under `cache_dir`:
   tokenizer-<key>/{tokenizer.json,vocab.txt,COMPLETE}  key: corpus identity + vocab settings
@@ -22,6 +23,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from absl import logging
@@ -38,7 +40,11 @@ from input_pipeline.tokenizer import SpecialIds
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class PretrainingData:
-    """Packed train/eval splits with their tokenizer; makes maskers and batch iterators."""
+    """Packed train/eval splits with their tokenizer; makes maskers and batch iterators.
+
+    The masking settings are defaults for `masker`, `batcher` and `eval_batches`; they
+    are applied per batch and are not part of the cache key.
+    """
 
     train: PackedSplit
     eval: PackedSplit
@@ -47,6 +53,9 @@ class PretrainingData:
     tokenizer_dir: Path  # holds tokenizer.json and vocab.txt (copy it next to checkpoints)
     packed_dir: Path  # the cache entry the arrays come from
     meta: dict  # what went into the cache key, and counts
+    max_predictions: int = 20  # P, MLM targets per sequence
+    mask_prob: float = 0.15
+    whole_word: bool = False
 
     @property
     def vocab_size(self) -> int:
@@ -57,28 +66,29 @@ class PretrainingData:
     def max_seq_length(self) -> int:
         return self.train.max_seq_length
 
-    def masker(self, max_predictions: int, *, whole_word: bool = False,
-               mask_prob: float = 0.15) -> Masker:
+    def masker(self, max_predictions: int | None = None, *, whole_word: bool | None = None,
+               mask_prob: float | None = None) -> Masker:
+        """BERT masking for this vocabulary; arguments left None take the defaults above."""
+        whole_word = self.whole_word if whole_word is None else whole_word
         continuation = tokenizer_lib.continuation_mask(self.tokenizer) if whole_word else None
-        return Masker(self.special, self.vocab_size, max_predictions, mask_prob,
+        return Masker(self.special, self.vocab_size,
+                      self.max_predictions if max_predictions is None else max_predictions,
+                      self.mask_prob if mask_prob is None else mask_prob,
                       whole_word=whole_word, continuation=continuation)
 
-    def train_batches(self, global_batch_size: int, *, seed: int, max_predictions: int,
-                      whole_word: bool = False, mask_prob: float = 0.15,
-                      process_index: int = 0, process_count: int = 1) -> Batcher:
-        return Batcher(self.train, self.masker(max_predictions, whole_word=whole_word,
-                                               mask_prob=mask_prob),
-                       global_batch_size, seed, process_index=process_index,
-                       process_count=process_count)
+    def batcher(self, global_batch_size: int, *, seed: int, process_index: int = 0,
+                process_count: int = 1, masker: Masker | None = None) -> Batcher:
+        """Training batches: `batcher.batch(step)` is this process's rows of step s."""
+        return Batcher(self.train, masker or self.masker(), global_batch_size, seed,
+                       process_index=process_index, process_count=process_count)
 
-    def eval_batches(self, global_batch_size: int, *, max_predictions: int, seed: int = 0,
-                     num_batches: int | None = None, whole_word: bool = False,
-                     mask_prob: float = 0.15, process_index: int = 0,
-                     process_count: int = 1) -> EvalBatches:
-        return EvalBatches(self.eval, self.masker(max_predictions, whole_word=whole_word,
-                                                  mask_prob=mask_prob),
-                           global_batch_size, seed, num_batches=num_batches,
-                           process_index=process_index, process_count=process_count)
+    def eval_batches(self, global_batch_size: int, num_batches: int | None = None, *,
+                     seed: int = 0, process_index: int = 0, process_count: int = 1,
+                     masker: Masker | None = None) -> EvalBatches:
+        """The held-out split, masked the same way at every eval (None: all of it)."""
+        return EvalBatches(self.eval, masker or self.masker(), global_batch_size, seed,
+                           num_batches=num_batches, process_index=process_index,
+                           process_count=process_count)
 
 
 def _get_tokenizer(source: corpus.Corpus, corpus_id: str, cache_dir: Path, vocab_size: int,
@@ -111,6 +121,10 @@ def build_pretraining_data(
     lowercase: bool = True,
     max_chars: int | None = None,
     min_frequency: int = 2,
+    text_column: str = "text",
+    max_predictions_per_seq: int = 20,
+    mask_prob: float = 0.15,
+    whole_word_mask: bool = False,
 ) -> PretrainingData:
     """Reads, tokenizes, splits and packs a corpus, or loads all of it from the cache.
 
@@ -123,12 +137,14 @@ def build_pretraining_data(
     max_seq_length, pair: packing (see input_pipeline.packing).
     eval_fraction: documents held out for evaluation (at least one when > 0).
     max_chars: read only about this much text (quick runs, tests).
+    text_column: the text column of a hub dataset (the spec's COLUMN field wins).
+    max_predictions_per_seq, mask_prob, whole_word_mask: masking defaults of the result.
 
     Raises CorpusError / TokenizerError / InputPipelineError (all ValueError) with one
     line naming the bad path or argument.
     """
     cache_dir = Path(cache_dir)
-    source = corpus.parse_corpus_spec(corpus_spec, max_chars=max_chars)
+    source = corpus.parse_corpus_spec(corpus_spec, max_chars=max_chars, text_column=text_column)
     corpus_id = source.identity()
     documents: list[corpus.Document] | None = None
 
@@ -178,4 +194,32 @@ def build_pretraining_data(
                      tokenized.num_docs, len(splits["train"]), len(splits["eval"]),
                      100 * fill, time.time() - t0, packed_dir)
     return PretrainingData(splits["train"], splits["eval"], tok, special, tok_dir, packed_dir,
-                           meta)
+                           meta, max_predictions_per_seq, mask_prob, whole_word_mask)
+
+
+def from_config(data_config: Any, workdir: str | os.PathLike) -> PretrainingData:
+    """`build_pretraining_data` from the `config.data` block of configs/pretrain.py.
+
+    Fields (all optional): corpus, text_column, max_corpus_chars, tokenizer, vocab_size,
+    lowercase, max_seq_length, sentence_pairs, max_predictions_per_seq, mask_prob,
+    whole_word_mask, eval_fraction, cache_dir (None: WORKDIR/data_cache).
+    """
+    def get(name: str, default: Any) -> Any:
+        value = getattr(data_config, name, None)
+        return default if value is None else value
+
+    cache_dir = get("cache_dir", None) or Path(workdir) / "data_cache"
+    return build_pretraining_data(
+        get("corpus", None), cache_dir,
+        vocab_size=get("vocab_size", 30522),
+        max_seq_length=get("max_seq_length", 128),
+        pair=get("sentence_pairs", False),
+        eval_fraction=get("eval_fraction", 0.01),
+        tokenizer=get("tokenizer", None),
+        lowercase=get("lowercase", True),
+        max_chars=get("max_corpus_chars", None),
+        text_column=get("text_column", "text"),
+        max_predictions_per_seq=get("max_predictions_per_seq", 20),
+        mask_prob=get("mask_prob", 0.15),
+        whole_word_mask=get("whole_word_mask", False),
+    )

@@ -546,13 +546,38 @@ def test_eval_batches_fixed_masks_and_padding():
 def test_end_to_end_batches_from_files(tmp_path):
     write_corpus(tmp_path / "c")
     data = ip.build_pretraining_data(f"{tmp_path}/c", tmp_path / "cache", vocab_size=200,
-                                     max_seq_length=24, eval_fraction=0.25)
-    train = data.train_batches(4, seed=0, max_predictions=4, whole_word=True)
-    batch = train(0)
+                                     max_seq_length=24, eval_fraction=0.25,
+                                     max_predictions_per_seq=4, whole_word_mask=True)
+    assert data.masker().whole_word and data.masker().max_predictions == 4
+    batch = data.batcher(4, seed=0).batch(0)
     assert batch["input_ids"].shape == (4, 24) and batch["masked_ids"].shape == (4, 4)
     assert (batch["input_ids"] == data.special.mask).any()
-    assert len(data.eval_batches(4, max_predictions=4)) == -(-len(data.eval) // 4)
+    evals = data.eval_batches(4)
+    assert len(evals) == -(-len(data.eval) // 4) and len(data.eval_batches(4, 1)) == 1
     assert data.vocab_size <= 200 and os.path.isfile(data.tokenizer_dir / "vocab.txt")
+    # Rows picked by process_rows equal a process-local batcher's batch.
+    rows = ip.process_rows(4, 1, 2)
+    local = data.batcher(4, seed=0, process_index=1, process_count=2).batch(3)
+    np.testing.assert_array_equal(data.batcher(4, seed=0).batch(3, rows)["input_ids"],
+                                  local["input_ids"])
+    np.testing.assert_array_equal(evals.batch(0, rows)["masked_ids"],
+                                  evals.batch(0)["masked_ids"][2:])
+
+
+def test_from_config_reads_the_data_block(tmp_path):
+    from types import SimpleNamespace
+
+    write_corpus(tmp_path / "c")
+    cfg = SimpleNamespace(corpus=str(tmp_path / "c"), text_column="text",
+                          max_corpus_chars=None, tokenizer=None, vocab_size=150,
+                          lowercase=True, max_seq_length=20, sentence_pairs=True,
+                          max_predictions_per_seq=3, mask_prob=0.2, whole_word_mask=False,
+                          eval_fraction=0.1, cache_dir=None)
+    data = ip.from_config(cfg, tmp_path / "work")
+    assert data.packed_dir.parent == tmp_path / "work" / "data_cache"
+    assert data.max_seq_length == 20 and data.meta["pair"] and data.meta["eval_fraction"] == 0.1
+    assert (data.max_predictions, data.mask_prob) == (3, 0.2)
+    assert data.train.token_type_ids.max() == 1
 
 
 if __name__ == "__main__":

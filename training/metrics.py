@@ -77,5 +77,11 @@ class Progress:
         return f"step {step}/{self.total} {shown} ({rate:.2f} steps/s, ETA {eta_text})"
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
-        if jax.process_index() == 0:
-            logging.info("%s", self.line(step, values))
+        console(self.line(step, values))
+
+
+def console(message: str) -> None:
+    """A line for the person watching (process 0 only); library INFO logs stay quiet."""
+    if jax.process_index() == 0:
+        print(message, flush=True)
+    logging.info("%s", message)

@@ -7,6 +7,7 @@ of (seed, s), so a restarted run needs only the step stored in its checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -17,7 +18,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import logging
 
 import input_pipeline
 from models import BertForMaskedLM, ModelConfig
@@ -81,6 +81,45 @@ def host_batch_to_global(batch: dict[str, np.ndarray], mesh, rules) -> dict[str,
     }
 
 
+@dataclasses.dataclass
+class Compiled:
+    abstract_state: Any  # ShapeDtypeStructs carrying their shardings
+    state_shardings: Any
+    init_fn: Any  # rng -> state, created directly sharded
+    train_step: Any  # (state, batch) -> (state, metrics); state donated
+    eval_step: Any  # (params, batch) -> sums
+
+
+def compile_for_mesh(model, optimizer, schedule, config, mesh, rules) -> Compiled:
+    """Shapes -> shardings -> jitted init/train/eval functions for this mesh."""
+    seq_len, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq
+
+    def init_state(rng):
+        ids = jnp.zeros((1, seq_len), jnp.int32)
+        params = model.init(rng, ids, ids, ids, jnp.zeros((1, predictions), jnp.int32))["params"]
+        return {"step": jnp.zeros((), jnp.int32), "params": params,
+                "opt_state": optimizer.init(params)}
+
+    boxed_shapes = jax.eval_shape(init_state, jax.random.key(config.seed))
+    state_shardings = sharding.logical_shardings(boxed_shapes, mesh, rules)
+    abstract_state = jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+        nn.unbox(boxed_shapes), state_shardings)
+    gather = sharding.fsdp_gather(sharding.without_axis(state_shardings["params"]))
+    with mesh, nn.logical_axis_rules(rules):
+        init_fn = jax.jit(lambda r: nn.unbox(init_state(r)), out_shardings=state_shardings)
+        train_step = jax.jit(
+            steps.make_train_step(model, optimizer, schedule, config.seed,
+                                  config.grad_accum_steps, config.nonfinite == "skip",
+                                  prepare_params=gather),
+            in_shardings=(state_shardings, None),
+            out_shardings=(state_shardings, None),
+            donate_argnums=(0,),
+        )
+        eval_step = jax.jit(steps.make_eval_step(model, gather))
+    return Compiled(abstract_state, state_shardings, init_fn, train_step, eval_step)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     """Pretrains (resuming from `workdir` if it holds checkpoints); returns the last eval."""
     validate(config)
@@ -96,13 +135,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             f"batch_size={config.batch_size} must divide by the batch shards ({divisor}) "
             f"times grad_accum_steps ({config.grad_accum_steps})"
         )
-    logging.info("mesh %s over %d devices (%d processes)", dict(mesh.shape),
-                 jax.device_count(), jax.process_count())
+    metrics.console(f"mesh {dict(mesh.shape)} over {jax.device_count()} devices "
+                    f"({jax.process_count()} processes)")
 
     # -- input ----------------------------------------------------------------------
-    data = input_pipeline.build_pretraining_data(config.data, workdir, seed=config.seed)
+    data = input_pipeline.from_config(config.data, workdir)
     batcher = data.batcher(config.batch_size, seed=config.seed)
-    eval_batches = data.eval_batches(config.batch_size, config.eval_batches, seed=config.seed)
+    # Eval masks use a fixed seed so every run (and every seed) is scored on the same targets.
+    eval_batches = data.eval_batches(config.batch_size, config.eval_batches, seed=0)
     rows = input_pipeline.process_rows(config.batch_size, jax.process_index(),
                                        jax.process_count())
 
@@ -112,31 +152,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     optimizer, schedule = make_optimizer(config.optimizer, config.num_train_steps)
     seq_len, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq
 
-    def init_state(rng):
-        ids = jnp.zeros((1, seq_len), jnp.int32)
-        params = model.init(rng, ids, ids, ids, jnp.zeros((1, predictions), jnp.int32))["params"]
-        return {"step": jnp.zeros((), jnp.int32), "params": params,
-                "opt_state": optimizer.init(params)}
-
-    # -- sharded state: shapes -> shardings -> state created directly sharded ----------
-    boxed_shapes = jax.eval_shape(init_state, jax.random.key(config.seed))
-    state_shardings = sharding.logical_shardings(boxed_shapes, mesh, rules)
-    abstract_state = jax.tree.map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-        nn.unbox(boxed_shapes), state_shardings)
+    compiled = compile_for_mesh(model, optimizer, schedule, config, mesh, rules)
+    abstract_state = compiled.abstract_state
+    init_fn, train_step, eval_step = compiled.init_fn, compiled.train_step, compiled.eval_step
     num_params = sum(x.size for x in jax.tree.leaves(abstract_state["params"]))
-    logging.info("model %s: %.2fM parameters", model_cfg.attention, num_params / 1e6)
-
-    with mesh, nn.logical_axis_rules(rules):
-        init_fn = jax.jit(lambda r: nn.unbox(init_state(r)), out_shardings=state_shardings)
-        train_step = jax.jit(
-            steps.make_train_step(model, optimizer, schedule, config.seed,
-                                  config.grad_accum_steps, config.nonfinite == "skip"),
-            in_shardings=(state_shardings, None),
-            out_shardings=(state_shardings, None),
-            donate_argnums=(0,),
-        )
-        eval_step = jax.jit(steps.make_eval_step(model))
+    metrics.console(f"model {model_cfg.attention}: {num_params / 1e6:.2f}M parameters, "
+                    f"vocabulary {data.vocab_size}, {len(data.train.input_ids)} train sequences")
 
     # -- checkpoint / resume --------------------------------------------------------
     run_config = config.to_dict()
@@ -146,7 +167,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     if checkpointer.latest_step() is not None:
         state, saved_config, start = checkpointer.restore(abstract_state)
         check_same_architecture(saved_config, model_cfg, workdir)
-        logging.info("resumed from %s at step %d", checkpointer.directory, start)
+        metrics.console(f"resumed from {checkpointer.directory} at step {start}")
     else:
         with mesh, nn.logical_axis_rules(rules):
             state = init_fn(jax.random.key(config.seed))
@@ -177,14 +198,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
     # -- loop -----------------------------------------------------------------------
     last_eval: dict[str, float] = {}
-    window_start, window_steps = time.time(), 0
-    for step in range(start, config.num_train_steps):
+    window_start, window_steps, paused = time.time(), 0, 0.0
+    end = config.num_train_steps
+    if config.stop_after_steps is not None:
+        end = min(end, config.stop_after_steps)
+    for step in range(start, end):
         batch = host_batch_to_global(batcher.batch(step, rows), mesh, rules)
         with mesh, nn.logical_axis_rules(rules):
             state, step_metrics = train_step(state, batch)
         window_steps += 1
         done = step + 1
-        last = done == config.num_train_steps
+        last = done == end
         if done % config.log_every_steps == 0 or last or config.nonfinite == "error":
             m = jax.device_get(step_metrics)
             if not bool(m["finite"]) and config.nonfinite == "error":
@@ -194,7 +218,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                     f"or set --config.nonfinite=skip"
                 )
         if done % config.log_every_steps == 0 or last:
-            elapsed = time.time() - window_start
+            elapsed = time.time() - window_start - paused
             steps_per_s = window_steps / max(elapsed, 1e-9)
             values = {
                 "loss": float(m["loss_sum"]) / max(float(m["weight"]), 1.0),
@@ -212,17 +236,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             writer.scalars(done, values)
             progress.log(done, {k: values[k] for k in ("loss", "mlm_accuracy", "learning_rate",
                                                         "tokens_per_s", "mfu")})
-            window_start, window_steps = time.time(), 0
-        if done % config.eval_every_steps == 0 or last:
+            window_start, window_steps, paused = time.time(), 0, 0.0
+        pause_start = time.time()  # eval and checkpoint time is not training throughput
+        evaluated = done % config.eval_every_steps == 0 or last
+        if evaluated:
             last_eval = evaluate()
             writer.scalars(done, last_eval)
-            logging.info("eval at step %d: %s", done,
-                         " ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
+            metrics.console(f"eval at step {done}: "
+                            + " ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
         if done % config.checkpoint_every_steps == 0 or last:
             checkpointer.save(done, state, run_config,
-                              metrics={"eval_loss": last_eval["eval_loss"]} if last_eval else None)
+                              metrics={"eval_loss": last_eval["eval_loss"]} if evaluated else None)
         writer.flush()
-    if is_main and last_eval:
+        paused += time.time() - pause_start
+    if is_main and last_eval and end == config.num_train_steps:
         write_json_atomic(os.path.join(workdir, "final_metrics.json"),
                           {"step": config.num_train_steps, **last_eval})
     writer.close()

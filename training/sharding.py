@@ -45,12 +45,13 @@ def mesh_shape(spec: dict[str, int], num_devices: int) -> tuple[int, ...]:
         raise ShardingError("mesh: at most one axis may be -1")
     fixed = int(np.prod([s for s in sizes if s != -1]))
     if any(s == 0 or s < -1 for s in sizes) or num_devices % fixed:
-        raise ShardingError(f"mesh={dict(zip(MESH_AXES, sizes))} does not fit {num_devices} devices")
+        shown = dict(zip(MESH_AXES, sizes, strict=True))
+        raise ShardingError(f"mesh={shown} does not fit {num_devices} devices")
     if fill:
         sizes[fill[0]] = num_devices // fixed
     if int(np.prod(sizes)) != num_devices:
         raise ShardingError(
-            f"mesh={dict(zip(MESH_AXES, sizes))} uses {int(np.prod(sizes))} of "
+            f"mesh={dict(zip(MESH_AXES, sizes, strict=True))} uses {int(np.prod(sizes))} of "
             f"{num_devices} devices; make the product equal or use -1 for one axis"
         )
     return tuple(sizes)
@@ -94,3 +95,35 @@ def batch_divisor(mesh: Mesh, rules) -> int:
         return 1
     names = spec if isinstance(spec, tuple) else (spec,)
     return int(np.prod([mesh.shape[n] for n in names]))
+
+
+def without_axis(shardings: Any, axis: str = "fsdp") -> Any:
+    """The same shardings with one mesh axis dropped (that dimension replicated)."""
+
+    def drop(sharding: NamedSharding) -> NamedSharding:
+        def strip(entry):
+            if entry == axis:
+                return None
+            if isinstance(entry, tuple):
+                kept = tuple(e for e in entry if e != axis)
+                return kept if len(kept) > 1 else (kept[0] if kept else None)
+            return entry
+
+        return NamedSharding(sharding.mesh, PartitionSpec(*(strip(e) for e in sharding.spec)))
+
+    return jax.tree.map(drop, shardings)
+
+
+def fsdp_gather(compute_shardings: Any):
+    """Returns params -> params constrained to their compute layout (fsdp gathered).
+
+    FSDP stores parameters sharded over 'fsdp' and gathers them for the forward
+    pass; saying so explicitly matters: left to infer it, XLA's SPMD partitioner
+    (jax 0.10.2, CPU) produced wrong gradients when the batch and a weight's
+    contraction dimension were both split over 'fsdp' (tests/test_sharding.py).
+    """
+
+    def gather(params: Any) -> Any:
+        return jax.tree.map(jax.lax.with_sharding_constraint, params, compute_shardings)
+
+    return gather

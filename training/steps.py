@@ -46,11 +46,16 @@ def global_norm(tree: Any) -> jax.Array:
 
 
 def make_train_step(model, optimizer: optax.GradientTransformation, schedule, seed: int,
-                    grad_accum_steps: int = 1, skip_nonfinite: bool = False):
-    """Returns train_step(state, batch) -> (state, metrics); state = {step, params, opt_state}."""
+                    grad_accum_steps: int = 1, skip_nonfinite: bool = False,
+                    prepare_params=lambda params: params):
+    """Returns train_step(state, batch) -> (state, metrics); state = {step, params, opt_state}.
+
+    `prepare_params` maps stored params to their compute layout (e.g. the FSDP
+    all-gather of training/sharding.fsdp_gather); gradients flow back through it.
+    """
 
     def loss_and_sums(params, batch, rng):
-        out = model_outputs(model, params, batch, deterministic=False, rng=rng)
+        out = model_outputs(model, prepare_params(params), batch, deterministic=False, rng=rng)
         sums = mlm_sums(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
         return sums["loss_sum"], sums
 
@@ -107,9 +112,9 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
     return train_step
 
 
-def make_eval_step(model):
+def make_eval_step(model, prepare_params=lambda params: params):
     def eval_step(params, batch: Batch) -> dict[str, jax.Array]:
-        out = model_outputs(model, params, batch, deterministic=True)
+        out = model_outputs(model, prepare_params(params), batch, deterministic=True)
         return mlm_sums(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
 
     return eval_step

@@ -1,0 +1,140 @@
+"""Pretraining end to end through train.py's entry function, resume, TensorBoard."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from configs import pretrain
+from training.checkpoints import Checkpointer
+from training.pretrain import train_and_evaluate
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SENTENCES = [
+    "The cat sat on the mat and looked at the garden.",
+    "A small dog ran across the green field after the ball.",
+    "The old man walked to the market to buy fresh bread.",
+    "Children played in the park while their parents talked.",
+    "The river flows quietly past the village in the valley.",
+    "She opened the window and the cold wind came into the room.",
+    "The teacher wrote a long sentence on the black board.",
+    "Birds sing in the trees early in the morning.",
+]
+
+
+def write_corpus(directory) -> str:
+    """A small English corpus: documents of shuffled sentences, blank-line separated."""
+    rng = np.random.default_rng(0)
+    docs = []
+    for _ in range(120):
+        docs.append("\n".join(rng.choice(SENTENCES, size=6)))
+    path = os.path.join(directory, "corpus.txt")
+    with open(path, "w") as f:
+        f.write("\n\n".join(docs) + "\n")
+    return path
+
+
+def tiny_args(corpus: str, cache: str, steps: int, **extra) -> list[str]:
+    """--config overrides for a one-layer, width-32 run on the tiny corpus."""
+    fields = {
+        "model.num_layers": 1, "model.hidden_size": 32, "model.num_heads": 4,
+        "model.mlp_dim": 64, "model.dropout_rate": 0.0, "model.attention_dropout_rate": 0.0,
+        "data.corpus": corpus, "data.cache_dir": cache, "data.vocab_size": 200,
+        "data.max_seq_length": 32, "data.max_predictions_per_seq": 5,
+        "data.eval_fraction": 0.1, "batch_size": 16, "num_train_steps": steps,
+        "optimizer.learning_rate": 3e-3, "optimizer.warmup_steps": 5,
+        "log_every_steps": 5, "eval_every_steps": 10, "eval_batches": 2,
+        "checkpoint_every_steps": 10,
+    }
+    fields.update(extra)
+    return [f"--config.{k}={v}" for k, v in fields.items()]
+
+
+def tiny_config(corpus: str, cache: str, steps: int, **extra):
+    config = pretrain.get_config("size=micro")
+    for arg in tiny_args(corpus, cache, steps, **extra):
+        key, value = arg[len("--config."):].split("=", 1)
+        *parents, leaf = key.split(".")
+        node = config
+        for p in parents:
+            node = node[p]
+        node[leaf] = type(node[leaf])(value) if node[leaf] is not None else value
+    return config
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("corpus")
+    return write_corpus(str(directory)), str(directory / "cache")
+
+
+def test_loss_falls_and_tensorboard_has_the_scalars(corpus, tmp_path):
+    text, cache = corpus
+    workdir = str(tmp_path / "run")
+    config = tiny_config(text, cache, steps=60)
+    final = train_and_evaluate(config, workdir)
+    assert final["eval_loss"] < np.log(200) - 1.0  # well below uniform guessing
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(workdir)
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    expected = {"loss", "mlm_accuracy", "learning_rate", "grad_norm", "param_norm",
+                "update_norm", "tokens_per_s", "step_time_s", "mfu", "eval_loss",
+                "eval_accuracy", "eval_perplexity"}
+    assert expected <= tags
+    losses = [e.value for e in events.Scalars("loss")]
+    assert len(losses) == 12 and losses[-1] < 0.8 * losses[0]
+    eval_losses = events.Scalars("eval_loss")
+    assert [e.step for e in eval_losses] == [10, 20, 30, 40, 50, 60]
+    assert eval_losses[-1].value < eval_losses[0].value - 0.5
+    assert "config/text_summary" in events.Tags()["tensors"]
+    assert os.path.exists(os.path.join(workdir, "final_metrics.json"))
+
+
+def final_params(workdir: str):
+    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True)
+    state, _, step = checkpointer.restore_raw()
+    return step, state["params"]
+
+
+def run_train_py(workdir: str, args: list[str]) -> subprocess.CompletedProcess:
+    command = [sys.executable, "train.py", "--config", "configs/pretrain.py:size=micro",
+               "--workdir", workdir, *args]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_resume_in_a_new_process_equals_an_uninterrupted_run(corpus, tmp_path):
+    text, cache = corpus
+    args = tiny_args(text, cache, steps=20, checkpoint_every_steps=5)
+    straight = str(tmp_path / "straight")
+    # Both runs in fresh processes, so they share every compiler setting.
+    uninterrupted = run_train_py(straight, args)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-2000:]
+
+    resumed = str(tmp_path / "resumed")
+    first = run_train_py(resumed, args + ["--config.stop_after_steps=10"])
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert final_params(resumed)[0] == 10
+    second = run_train_py(resumed, args)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "resumed from" in second.stdout and "at step 10" in second.stdout
+
+    step_a, params_a = final_params(straight)
+    step_b, params_b = final_params(resumed)
+    assert step_a == step_b == 20
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), params_a, params_b)
+
+
+def test_bad_config_is_one_clear_line_and_nonzero_exit(tmp_path):
+    result = run_train_py(str(tmp_path / "bad"), ["--config.model.num_heads=5"])
+    assert result.returncode != 0
+    assert "model.num_heads=5 does not divide model.hidden_size=32" in result.stderr
+    assert not os.path.exists(tmp_path / "bad" / "checkpoints")
