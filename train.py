@@ -34,7 +34,7 @@ def maybe_initialize_distributed() -> None:
 
 def main(argv: list[str]) -> None:
     del argv
-    if not FLAGS.is_parsed() or FLAGS["verbosity"].present == 0:
+    if FLAGS["verbosity"].present == 0:
         # Orbax and JAX log every step at INFO; keep the console to our progress lines.
         logging.set_verbosity(logging.WARNING)
     maybe_initialize_distributed()

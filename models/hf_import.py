@@ -102,18 +102,19 @@ def model_config_from_hf(hf_config: Mapping[str, Any], **overrides: Any) -> Mode
     return ModelConfig(**fields)
 
 
-def from_pretrained(name_or_path: str, revision: str | None = None):
-    """(ModelConfig, params) from a hub id or a local directory/file.
+def from_pretrained(name_or_path: str, revision: str | None = None, with_directory=False):
+    """(ModelConfig, params[, directory]) from a hub id or a local directory/file.
 
     A hub id is fetched with huggingface_hub.snapshot_download (the cache and
-    HF_HUB_OFFLINE are honoured as usual).
+    HF_HUB_OFFLINE are honoured as usual), with its vocab.txt/tokenizer.json.
     """
     directory = name_or_path
     if not os.path.exists(name_or_path):
         from huggingface_hub import snapshot_download
 
         directory = snapshot_download(
-            name_or_path, revision=revision, allow_patterns=["config.json", *WEIGHT_FILES]
+            name_or_path, revision=revision,
+            allow_patterns=["config.json", "vocab.txt", "tokenizer.json", *WEIGHT_FILES],
         )
     config_path = (
         os.path.join(directory, "config.json")
@@ -125,7 +126,11 @@ def from_pretrained(name_or_path: str, revision: str | None = None):
     with open(config_path) as f:
         config = model_config_from_hf(json.load(f))
     converted = convert_bert(load_state_dict(directory), config)
-    return config, fill_missing(converted, config)
+    params = fill_missing(converted, config)
+    if with_directory:
+        return config, params, directory if os.path.isdir(directory) else os.path.dirname(
+            directory)
+    return config, params
 
 
 def fill_missing(converted: dict[str, Any], config: ModelConfig, seed: int = 0):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from typing import Any
 
@@ -140,6 +141,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
     # -- input ----------------------------------------------------------------------
     data = input_pipeline.from_config(config.data, workdir)
+    if is_main:
+        # The run directory is self-contained: eval_glue.py reads WORKDIR/tokenizer.
+        copy_tokenizer(data.tokenizer_dir, os.path.join(workdir, "tokenizer"))
     batcher = data.batcher(config.batch_size, seed=config.seed)
     # Eval masks use a fixed seed so every run (and every seed) is scored on the same targets.
     eval_batches = data.eval_batches(config.batch_size, config.eval_batches, seed=0)
@@ -255,6 +259,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     writer.close()
     checkpointer.close()
     return last_eval
+
+
+def copy_tokenizer(source: os.PathLike | str, target: str) -> None:
+    os.makedirs(target, exist_ok=True)
+    for name in ("tokenizer.json", "vocab.txt"):
+        path = os.path.join(source, name)
+        if os.path.exists(path):
+            tmp = os.path.join(target, f".{name}.tmp")
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, os.path.join(target, name))
 
 
 def write_json_atomic(path: str, value: Any) -> None:

@@ -1,0 +1,71 @@
+"""GLUE fine-tuning config.
+
+  python eval_glue.py --config configs/glue.py:task=rte --workdir DIR \
+      --config.init_from=PRETRAIN_WORKDIR --config.glue_dir=../shared/data/glue
+  python eval_glue.py --config configs/glue.py:task=all,seeds=5 --workdir DIR \
+      --config.init_from=PRETRAIN_WORKDIR
+
+The model's architecture and tokenizer come from the pretraining workdir
+(`init_from`: its last checkpoint and tokenizer/) or from a Hugging Face BERT
+(`init_from_hf`: a hub id or a local directory with config.json, weights and
+vocab.txt). Protocol as the BERT paper: batch 32, 3 epochs, 10% warmup then
+linear decay, the best learning rate of {5e-5, 4e-5, 3e-5, 2e-5} chosen on
+dev by the mean over seeds.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from configs import model as model_configs
+
+GLUE_ARGS = {
+    "task": "task",
+    "seeds": "num_seeds",
+    "lr": "learning_rates",
+    "epochs": "num_epochs",
+    "batch": "batch_size",
+    "seq_len": "max_seq_length",
+    "glue_dir": "glue_dir",
+    "init_from": "init_from",
+    "max_train": "max_train_examples",
+}
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    args = model_configs.parse_arg(arg)
+    unknown = sorted(set(args) - set(GLUE_ARGS))
+    if unknown:
+        raise ValueError(f"unknown config arg(s) {unknown}; allowed: {sorted(GLUE_ARGS)}")
+
+    config = ml_collections.ConfigDict()
+    config.task = "rte"  # a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or all
+    # Pretraining workdir to start from (its latest checkpoint, config and tokenizer/).
+    config.init_from = ml_collections.config_dict.placeholder(str)
+    # Or a Hugging Face BERT: hub id or directory with config.json, weights, vocab.txt.
+    config.init_from_hf = ml_collections.config_dict.placeholder(str)
+    config.checkpoint_step = ml_collections.config_dict.placeholder(int)  # None = latest
+    # GLUE TSV folder as download_glue_data.py leaves it; None loads nyu-mll/glue from the hub.
+    config.glue_dir = ml_collections.config_dict.placeholder(str)
+    config.max_seq_length = 128  # tokens per example, [CLS] and [SEP]s included
+    config.batch_size = 32
+    config.num_epochs = 3.0
+    config.learning_rates = (5e-5, 4e-5, 3e-5, 2e-5)  # grid; best on dev (mean over seeds)
+    config.num_seeds = 3  # seeds 0..num_seeds-1 per learning rate (BERT paper: >= 5 small)
+    config.warmup_fraction = 0.1  # of the training steps
+    config.weight_decay = 0.01
+    config.dropout_rate = 0.1  # hidden and classifier dropout while fine-tuning
+    config.attention_dropout_rate = 0.1  # 0 is forced for attention_impl='fused'
+    # Cap on training examples per task (quick runs and smoke tests); None = all.
+    config.max_train_examples = ml_collections.config_dict.placeholder(int)
+    config.eval_batch_size = 128
+    config.log_every_steps = 50
+    config.write_test_predictions = True  # GLUE submission files for the best run
+
+    for key, value in args.items():
+        field = GLUE_ARGS[key]
+        if field == "learning_rates":
+            value = tuple(float(v) for v in str(value).split("/")) if isinstance(
+                value, str) else (float(value),)
+        config[field] = value
+    return config

@@ -1,0 +1,41 @@
+"""GLUE fine-tuning of a pretrained checkpoint of any attention variant.
+
+  python eval_glue.py --config configs/glue.py:task=rte --workdir DIR \
+      --config.init_from=PRETRAIN_WORKDIR --config.glue_dir=../shared/data/glue
+  python eval_glue.py --config configs/glue.py:task=all --workdir DIR --config.init_from=RUN
+
+Writes DIR/results.json, DIR/results.md (mean ± std over seeds at the best
+learning rate), one folder per (task, lr, seed) with TensorBoard logs, and
+DIR/submission/ with test predictions in GLUE's format. Rerunning skips
+finished (task, lr, seed) runs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "configs/glue.py[:ARGS]", lock_config=True)
+flags.DEFINE_string("workdir", None, "output directory for runs, results and submissions")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    if FLAGS["verbosity"].present == 0:
+        logging.set_verbosity(logging.WARNING)  # keep the console to our progress lines
+    from training.finetune import run
+
+    try:
+        run(FLAGS.config, FLAGS.workdir)
+    except (ValueError, RuntimeError, OSError) as e:
+        logging.error("%s: %s", type(e).__name__, e)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,94 @@
+"""GLUE fine-tuning end to end through eval_glue's entry function."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from test_train import tiny_config, write_corpus
+
+from configs import glue as glue_configs
+from models.hf_import import CheckpointError
+from training import finetune
+from training.pretrain import train_and_evaluate
+
+POSITIVE = ["good", "great", "lovely", "fine", "happy"]
+NEGATIVE = ["bad", "awful", "sad", "poor", "ugly"]
+FILLER = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "in", "park", "old", "man"]
+
+
+def write_sst2(directory: str, rng: np.random.Generator) -> None:
+    """SST-2 layout: a sentiment word decides the label; the filler is noise."""
+    os.makedirs(directory, exist_ok=True)
+    for split, size in (("train", 400), ("dev", 100), ("test", 20)):
+        lines = ["index\tsentence" if split == "test" else "sentence\tlabel"]
+        for i in range(size):
+            label = int(rng.integers(2))
+            words = list(rng.choice(FILLER, size=6))
+            words.insert(int(rng.integers(7)), rng.choice(POSITIVE if label else NEGATIVE))
+            text = " ".join(words)
+            lines.append(f"{i}\t{text}" if split == "test" else f"{text}\t{label}")
+        with open(os.path.join(directory, f"{split}.tsv"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def pretrained_workdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pretrain")
+    corpus = write_corpus(str(root))
+    with open(corpus, "a") as f:  # the task's words, so the tokenizer knows them
+        f.write("\n\n" + "\n".join(" ".join(POSITIVE + NEGATIVE + FILLER) for _ in range(50)))
+    workdir = str(root / "run")
+    train_and_evaluate(tiny_config(corpus, str(root / "cache"), steps=10), workdir)
+    return workdir
+
+
+def glue_config(**overrides):
+    config = glue_configs.get_config("task=sst2")
+    config.update(dict(num_seeds=2, learning_rates=(2e-3,), batch_size=16, num_epochs=3.0,
+                       max_seq_length=16, log_every_steps=10, dropout_rate=0.0,
+                       attention_dropout_rate=0.0))
+    config.update(overrides)
+    return config
+
+
+def test_learnable_task_reaches_high_accuracy_and_writes_results(pretrained_workdir, tmp_path):
+    glue_dir = tmp_path / "glue"
+    write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(0))
+    workdir = str(tmp_path / "glue_run")
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir))
+    results = finetune.run(config, workdir)
+    summary = results["tasks"]["SST-2"]
+    assert summary["main"]["SST-2"] > 90.0
+    assert len(summary["scores"]["SST-2/accuracy"]["per_seed"]) == 2
+    table = (tmp_path / "glue_run" / "results.md").read_text()
+    assert "| SST-2 |" in table.splitlines()[2] or "SST-2" in table
+    submission = (tmp_path / "glue_run" / "submission" / "SST-2.tsv").read_text().splitlines()
+    assert submission[0] == "index\tprediction" and len(submission) == 21
+
+    # A rerun skips the finished (lr, seed) runs: their results are read back unchanged.
+    run_dir = tmp_path / "glue_run" / "SST-2" / "lr0.002_seed0"
+    before = (run_dir / "result.json").read_text()
+    again = finetune.run(config, workdir)
+    assert (run_dir / "result.json").read_text() == before
+    assert again["tasks"]["SST-2"]["main"] == summary["main"]
+    assert json.loads(before)["steps"] == 75  # 400 / 16 per epoch, 3 epochs
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    config = glue_config(init_from=str(tmp_path / "nothing"), glue_dir=str(tmp_path))
+    with pytest.raises(CheckpointError, match="no checkpoints/"):
+        finetune.run(config, str(tmp_path / "out"))
+
+
+def test_workdir_of_a_different_checkpoint_is_refused(pretrained_workdir, tmp_path):
+    glue_dir = tmp_path / "glue"
+    write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(1))
+    workdir = tmp_path / "glue_run"
+    workdir.mkdir()
+    (workdir / "glue_identity.json").write_text(json.dumps({"init": "elsewhere@5"}))
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir))
+    with pytest.raises(ValueError, match="different setup"):
+        finetune.run(config, str(workdir))

@@ -1,0 +1,377 @@
+"""GLUE fine-tuning: everything eval_glue.py runs, as importable functions.
+
+One run = (task, learning rate, seed). Each finished run leaves
+WORKDIR/TASK/lr{lr}_seed{seed}/result.json (written atomically), so a rerun
+skips it; an interrupted run has no result.json and is redone. The task summary
+picks the learning rate with the best mean dev score over seeds and reports
+mean, std and every seed's score; the best run's test predictions become GLUE
+submission files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import tokenizers
+
+import glue
+from models import BertForSequenceClassification, BertModel, ModelConfig
+from models.hf_import import CheckpointError
+from training import checkpoints, metrics
+from training.optimizer import decay_mask
+from training.pretrain import write_json_atomic
+
+ALL_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
+
+
+@dataclasses.dataclass
+class Pretrained:
+    model_config: ModelConfig
+    bert_params: dict[str, Any]
+    tokenizer: tokenizers.Tokenizer
+    source: str  # where it came from, for results and the workdir identity check
+
+
+# -- loading the pretrained model ------------------------------------------------------
+def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
+    from input_pipeline import load_tokenizer
+
+    if config.init_from and config.init_from_hf:
+        raise ValueError("set only one of init_from and init_from_hf")
+    if config.init_from:
+        workdir = config.init_from
+        ckpt_dir = os.path.join(workdir, "checkpoints")
+        if not os.path.isdir(ckpt_dir):
+            raise CheckpointError(f"init_from={workdir}: no checkpoints/ (not a pretraining run?)")
+        checkpointer = checkpoints.Checkpointer(ckpt_dir, read_only=True)
+        if checkpointer.latest_step() is None:
+            raise CheckpointError(f"init_from={workdir}: checkpoints/ holds no checkpoint")
+        state, saved, step = checkpointer.restore_raw(config.checkpoint_step)
+        checkpointer.close()
+        model_config = ModelConfig.from_config(saved["model"])
+        bert = state["params"]["bert"]
+        tokenizer = load_tokenizer(os.path.join(workdir, "tokenizer"))
+        source = f"{os.path.abspath(workdir)}@{step}"
+    elif config.init_from_hf:
+        from models.hf_import import from_pretrained
+
+        model_config, params, directory = from_pretrained(config.init_from_hf, with_directory=True)
+        bert = params["bert"]
+        tokenizer = load_tokenizer(directory)
+        source = f"hf:{config.init_from_hf}"
+    else:
+        raise ValueError("set --config.init_from=PRETRAIN_WORKDIR or --config.init_from_hf=NAME")
+    model_config = model_config.replace(
+        dropout_rate=config.dropout_rate,
+        attention_dropout_rate=0.0 if model_config.attention_impl == "fused"
+        else config.attention_dropout_rate,
+    )
+    if tokenizer.get_vocab_size() != model_config.vocab_size:
+        raise CheckpointError(
+            f"{source}: tokenizer has {tokenizer.get_vocab_size()} tokens but the model "
+            f"vocabulary has {model_config.vocab_size}"
+        )
+    check_params_fit(bert, model_config, source)
+    return Pretrained(model_config, bert, tokenizer, source)
+
+
+def check_params_fit(bert: dict[str, Any], model_config: ModelConfig, source: str) -> None:
+    """Every parameter the encoder needs is there with the right shape (pooler optional)."""
+    ids = jnp.zeros((1, 2), jnp.int32)
+    shapes = jax.eval_shape(lambda: BertModel(model_config).init(jax.random.key(0), ids))
+    want = flax.traverse_util.flatten_dict(nn.unbox(shapes)["params"], sep="/")
+    have = flax.traverse_util.flatten_dict(bert, sep="/")
+    for name, shape in sorted(want.items()):
+        if name.startswith("pooler/") and name not in have:
+            continue
+        if name not in have:
+            raise CheckpointError(f"{source}: parameter bert/{name} is missing")
+        if tuple(np.shape(have[name])) != tuple(shape.shape):
+            raise CheckpointError(
+                f"{source}: bert/{name} has shape {tuple(np.shape(have[name]))}, "
+                f"the model needs {tuple(shape.shape)} (a different architecture?)"
+            )
+
+
+# -- data -----------------------------------------------------------------------------
+def load_task_data(task: glue.GlueTask, config, tokenizer) -> dict[str, dict[str, np.ndarray]]:
+    """{split: encoded arrays} for train, the dev splits and whichever test splits exist."""
+    data = {}
+    for split in task.splits:
+        if (split.startswith("test") and config.glue_dir
+                and not glue.split_path(task, config.glue_dir, split).exists()):
+            continue  # test predictions are optional; train and dev are not
+        examples = glue.load_split(task, split, config.glue_dir)
+        if split == "train" and config.max_train_examples:
+            examples = examples[: config.max_train_examples]
+        encoded = glue.encode_examples(tokenizer, examples, config.max_seq_length, task)
+        encoded["guids"] = np.asarray([e.guid for e in examples])
+        data[split] = encoded
+    return data
+
+
+# -- one run ---------------------------------------------------------------------------
+def make_steps(model, task: glue.GlueTask, optimizer):
+    regression = task.is_regression
+
+    def loss_fn(params, batch, rng):
+        logits = model.apply({"params": params}, batch["input_ids"], batch["token_type_ids"],
+                             batch["attention_mask"], deterministic=False,
+                             rngs={"dropout": rng})
+        if regression:
+            losses = jnp.square(logits[:, 0] - batch["labels"])
+        else:
+            losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+        weights = batch["weights"]
+        return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+    @jax.jit
+    def train_step(params, opt_state, batch, rng, learning_rate):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, rng)
+        opt_state.hyperparams["learning_rate"] = learning_rate
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    @jax.jit
+    def predict(params, batch):
+        logits = model.apply({"params": params}, batch["input_ids"], batch["token_type_ids"],
+                             batch["attention_mask"], deterministic=True)
+        return logits[:, 0] if regression else jnp.argmax(logits, axis=-1)
+
+    return train_step, predict
+
+
+def batches(arrays: dict[str, np.ndarray], order: np.ndarray, batch_size: int):
+    """Fixed-shape batches: the last one is padded with weight-0 rows."""
+    keys = ("input_ids", "token_type_ids", "attention_mask", "labels")
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        pad = batch_size - len(rows)
+        batch = {k: arrays[k][np.concatenate([rows, np.zeros(pad, rows.dtype)])] for k in keys}
+        batch["weights"] = np.concatenate([np.ones(len(rows)), np.zeros(pad)]).astype(np.float32)
+        if batch["labels"].dtype.kind == "f":
+            batch["labels"] = np.nan_to_num(batch["labels"])
+        else:
+            batch["labels"] = np.maximum(batch["labels"], 0)
+        yield batch
+
+
+def predict_split(predict, params, arrays, batch_size: int) -> np.ndarray:
+    out = []
+    for batch in batches(arrays, np.arange(len(arrays["input_ids"])), batch_size):
+        real = int(batch["weights"].sum())
+        out.append(np.asarray(predict(params, batch))[:real])
+    return np.concatenate(out)
+
+
+def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rate: float,
+                 seed: int, config, run_dir: str) -> dict[str, Any]:
+    result_path = os.path.join(run_dir, "result.json")
+    if os.path.exists(result_path):
+        with open(result_path) as f:
+            return json.load(f)  # finished earlier: never redone, never overwritten
+    os.makedirs(run_dir, exist_ok=True)
+    model = BertForSequenceClassification(pretrained.model_config, task.num_labels)
+    train = data["train"]
+    num_train = len(train["input_ids"])
+    steps_per_epoch = math.ceil(num_train / config.batch_size)
+    total_steps = max(int(math.ceil(steps_per_epoch * config.num_epochs)), 1)
+    warmup = int(config.warmup_fraction * total_steps)
+    shape = optax.join_schedules(
+        [optax.linear_schedule(0.0, 1.0, max(warmup, 1)),
+         optax.linear_schedule(1.0, 0.0, max(total_steps - warmup, 1))], [warmup])
+
+    def make_optimizer(learning_rate):
+        return optax.chain(
+            optax.clip_by_global_norm(1.0),
+            optax.adamw(learning_rate, b1=0.9, b2=0.999, eps=1e-6,
+                        weight_decay=config.weight_decay, mask=decay_mask),
+        )
+
+    optimizer = optax.inject_hyperparams(make_optimizer)(learning_rate=learning_rate)
+    ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
+    params = nn.unbox(model.init(jax.random.key(seed), ids, ids, ids))["params"]
+    # The pretrained encoder; the classifier (and a pooler the checkpoint lacks) stay fresh.
+    bert = flax.traverse_util.flatten_dict(params["bert"], sep="/")
+    bert.update(flax.traverse_util.flatten_dict(pretrained.bert_params, sep="/"))
+    params = {**params, "bert": jax.tree.map(
+        jnp.asarray, flax.traverse_util.unflatten_dict(bert, sep="/"))}
+    opt_state = optimizer.init(params)
+    train_step, predict = make_steps(model, task, optimizer)
+
+    writer = metrics.MetricWriter(run_dir)
+    step = 0
+    dropout_key = jax.random.key(seed + 1)
+    losses = []
+    for epoch in range(math.ceil(config.num_epochs)):
+        order = np.random.default_rng([seed, epoch]).permutation(num_train)
+        for batch in batches(train, order, config.batch_size):
+            if step >= total_steps:
+                break
+            lr = learning_rate * float(shape(step))
+            params, opt_state, loss = train_step(params, opt_state, batch,
+                                                 jax.random.fold_in(dropout_key, step), lr)
+            step += 1
+            if step % config.log_every_steps == 0 or step == total_steps:
+                loss = float(loss)
+                if not math.isfinite(loss):
+                    raise RuntimeError(f"{task.name} lr={learning_rate} seed={seed}: "
+                                       f"non-finite loss at step {step}")
+                losses.append(loss)
+                writer.scalars(step, {"train_loss": loss, "learning_rate": lr})
+    dev = {}
+    for split in task.dev_splits:
+        predictions = predict_split(predict, params, data[split], config.eval_batch_size)
+        dev[split] = glue.compute_metrics(task, predictions, data[split]["labels"])
+        writer.scalars(step, {f"{split}/{k}": v for k, v in dev[split].items()})
+    writer.close()
+    for split in task.test_splits:
+        if split in data:
+            np.save(os.path.join(run_dir, f"{split}_predictions.npy"),
+                    predict_split(predict, params, data[split], config.eval_batch_size))
+    result = {
+        "task": task.name, "learning_rate": learning_rate, "seed": seed, "steps": step,
+        "dev": dev, "main": float(np.mean([glue.main_score(task, m) for m in dev.values()])),
+        "final_train_loss": losses[-1] if losses else None,
+    }
+    write_json_atomic(result_path, result)
+    return result
+
+
+# -- a task and the suite --------------------------------------------------------------
+def summarize(task: glue.GlueTask, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Best learning rate by mean main dev score; mean, std and per-seed scores there."""
+    by_lr: dict[float, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_lr.setdefault(run["learning_rate"], []).append(run)
+    best_lr = max(by_lr, key=lambda lr: np.mean([r["main"] for r in by_lr[lr]]))
+    best = sorted(by_lr[best_lr], key=lambda r: r["seed"])
+    scores: dict[str, Any] = {}
+    for split in task.dev_splits:
+        name = glue.score_name(task, split)
+        for metric in task.metric_names:
+            values = [r["dev"][split][metric] for r in best]
+            scores[f"{name}/{metric}"] = {
+                "mean": float(np.mean(values)), "std": float(np.std(values, ddof=1))
+                if len(values) > 1 else 0.0, "per_seed": values}
+    return {
+        "task": task.name, "best_learning_rate": best_lr,
+        "seeds": [r["seed"] for r in best], "scores": scores,
+        "main": {glue.score_name(task, s): float(np.mean(
+            [glue.main_score(task, r["dev"][s]) for r in best])) for s in task.dev_splits},
+        "learning_rate_means": {str(lr): float(np.mean([r["main"] for r in rs]))
+                                for lr, rs in sorted(by_lr.items())},
+        "best_run": max(best, key=lambda r: r["main"])["seed"],
+    }
+
+
+def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str) -> dict:
+    data = load_task_data(task, config, pretrained.tokenizer)
+    runs = []
+    total = len(config.learning_rates) * config.num_seeds
+    for lr in config.learning_rates:
+        for seed in range(config.num_seeds):
+            run_dir = os.path.join(workdir, task.name, f"lr{lr:g}_seed{seed}")
+            result = finetune_run(task, pretrained, data, float(lr), seed, config, run_dir)
+            runs.append(result)
+            metrics.console(f"{task.name} [{len(runs)}/{total}] lr={lr:g} seed={seed}: "
+                            + " ".join(f"{s}:{glue.main_score(task, m):.2f}"
+                                       for s, m in result["dev"].items()))
+    summary = summarize(task, runs)
+    if config.write_test_predictions:
+        best_dir = os.path.join(
+            workdir, task.name, f"lr{summary['best_learning_rate']:g}_seed{summary['best_run']}")
+        for split in task.test_splits:
+            path = os.path.join(best_dir, f"{split}_predictions.npy")
+            if split in data and os.path.exists(path):
+                glue.write_submission(task, split, list(data[split]["guids"]), np.load(path),
+                                      os.path.join(workdir, "submission"))
+    return summary
+
+
+def markdown_table(results: dict[str, Any], label: str) -> str:
+    columns: list[str] = []
+    cells: dict[str, str] = {}
+    mains: dict[str, float] = {}
+    for summary in results["tasks"].values():
+        for name, value in summary["main"].items():
+            columns.append(name)
+            task = glue.get_task(summary["task"])
+            split_scores = [v for k, v in summary["scores"].items()
+                            if k.startswith(f"{name}/") and k.endswith(f"/{task.main_metric}")]
+            std = split_scores[0]["std"] if split_scores else 0.0
+            cells[name] = f"{value:.1f} ± {std:.1f}"
+            mains[name] = value
+    try:
+        average = f"{glue.glue_average(mains):.1f}"
+        average_name = "Average"
+    except ValueError:
+        present = [v for k, v in mains.items() if k != "WNLI"]
+        average = f"{np.mean(present):.1f}" if present else "-"
+        average_name = f"Average of {len(present)} tasks (not GLUE's)"
+    header = "| model | " + " | ".join(columns) + f" | {average_name} |"
+    rule = "|---" * (len(columns) + 2) + "|"
+    row = f"| {label} | " + " | ".join(cells[c] for c in columns) + f" | {average} |"
+    return "\n".join([header, rule, row])
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    names = ALL_TASKS if str(config.task).lower() == "all" else (config.task,)
+    tasks = [glue.get_task(name) for name in names]
+    os.makedirs(workdir, exist_ok=True)
+    pretrained = load_pretrained(config)
+    check_workdir_identity(workdir, pretrained, config)
+    results: dict[str, Any] = {"init": pretrained.source, "tasks": {}, "skipped": {}}
+    for task in tasks:
+        try:
+            results["tasks"][task.name] = run_task(task, pretrained, config, workdir)
+        except glue.GlueDataError as e:
+            if len(tasks) == 1:
+                raise
+            metrics.console(f"skipping {task.name}: {e}")
+            results["skipped"][task.name] = str(e)
+    label = f"{pretrained.model_config.attention} ({pretrained.model_config.size})"
+    table = markdown_table(results, label) if results["tasks"] else ""
+    write_json_atomic(os.path.join(workdir, "results.json"), results)
+    tmp = os.path.join(workdir, f"results.md.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(f"GLUE dev, mean ± std over seeds at the best learning rate; init {results['init']}"
+                f"\n\n{table}\n")
+    os.replace(tmp, os.path.join(workdir, "results.md"))
+    metrics.console(table)
+    return results
+
+
+def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None:
+    """A GLUE workdir belongs to one pretrained model and one protocol."""
+    identity = {
+        "init": pretrained.source,
+        "model": pretrained.model_config.to_dict(),
+        "max_seq_length": config.max_seq_length, "batch_size": config.batch_size,
+        "num_epochs": config.num_epochs, "max_train_examples": config.max_train_examples,
+    }
+    path = os.path.join(workdir, "glue_identity.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        saved_json = json.dumps(saved, sort_keys=True, default=str)
+        if saved_json != json.dumps(identity, sort_keys=True, default=str):
+            changed = sorted(k for k in identity if json.dumps(saved.get(k), default=str)
+                             != json.dumps(identity[k], default=str))
+            raise ValueError(
+                f"{workdir} holds GLUE runs of a different setup ({', '.join(changed)} "
+                f"changed); use a new --workdir"
+            )
+        return
+    write_json_atomic(path, json.loads(json.dumps(identity, default=str)))
