@@ -59,11 +59,13 @@ from training import hardware, steps
 from training.optimizer import make_optimizer
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("config", "configs/pretrain.py:size=base",
-                    "config file[:ARGS], e.g. configs/pretrain.py:size=base,attention=talking_heads")
-flags.DEFINE_multi_string("compare", [],
-                          "another entry: extra ARGS appended to --config's (attention=talking_heads) "
-                          "or a whole FILE[:ARGS]; repeatable; ratios are against --config")
+flags.DEFINE_string(
+    "config", "configs/pretrain.py:size=base",
+    "config file[:ARGS], e.g. configs/pretrain.py:size=base,attention=talking_heads")
+flags.DEFINE_multi_string(
+    "compare", [],
+    "another entry: extra ARGS appended to --config's (attention=talking_heads) or a whole "
+    "FILE[:ARGS]; repeatable; ratios are against --config")
 flags.DEFINE_integer("batch", None, "sequences per step (default: the config's batch_size)")
 flags.DEFINE_integer("seq_len", None, "tokens per sequence (default: data.max_seq_length)")
 flags.DEFINE_integer("predictions", None,
@@ -79,9 +81,6 @@ flags.DEFINE_string("markdown", None, "write the markdown table here (it is prin
 flags.DEFINE_integer("seed", 0, "init, batch and dropout seed")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# HLO instructions worth counting when two steps differ in speed (see docs/PERFORMANCE.md).
-HLO_OPS = ("fusion", "dot", "convolution", "transpose", "copy", "reduce", "scatter", "gather",
-           "rng-bit-generator", "custom-call", "all-reduce")
 
 
 class BenchmarkError(ValueError):
@@ -142,7 +141,8 @@ def resolve_shapes(config: ml_collections.ConfigDict, batch: int | None, seq_len
         raise BenchmarkError(f"--seq_len={shapes.seq_len} exceeds "
                              f"model.max_position_embeddings={model.max_position_embeddings}")
     if shapes.predictions > shapes.seq_len:
-        raise BenchmarkError(f"--predictions={shapes.predictions} exceeds --seq_len={shapes.seq_len}")
+        raise BenchmarkError(
+            f"--predictions={shapes.predictions} exceeds --seq_len={shapes.seq_len}")
     return shapes
 
 
@@ -325,26 +325,42 @@ def memory_analysis(compiled: Any) -> dict[str, int]:
     return out
 
 
-def hlo_op_counts(compiled: Any) -> dict[str, int]:
-    """Instruction counts of the optimized HLO (fusions count once, not their insides)."""
+def hlo_op_counts(compiled: Any) -> dict[str, Any]:
+    """Op counts of the optimized HLO, to see where two steps differ.
+
+    `executed`: opcodes run directly (the entry and while/call bodies; a fusion is
+    one kernel). `fusion_kinds`: kLoop/kInput/kOutput/kCustom (YNNPACK dots on CPU).
+    `dots`: dot instructions anywhere, fused or not.
+    """
     text = compiled.as_text() or ""
-    counts = dict.fromkeys(HLO_OPS, 0)
-    in_fusion_body = False
+    computations: dict[str, list[tuple[str, str]]] = {}
+    current = None
+    called = set()  # fusion bodies and reducers: not executed as ops of their own
     for line in text.splitlines():
-        stripped = line.strip()
-        # Only the entry computation and while/call bodies run ops directly; the fused
-        # computations' instructions are inside one kernel each.
-        if stripped.startswith(("%fused", "fused_computation", "%wrapped")) or (
-                stripped.endswith("{") and "fused" in stripped.split(" ")[0]):
-            in_fusion_body = True
-        elif stripped.startswith(("ENTRY", "%")) and stripped.endswith("{"):
-            in_fusion_body = False
-        if in_fusion_body or " = " not in stripped:
+        header = re.match(r"^(ENTRY\s+)?%(\S+)\s*\(.*\{\s*$", line)
+        if header:
+            current = computations.setdefault(header.group(2), [])
             continue
-        match = re.search(r"\s([a-z\-]+)\(", stripped.split(" = ", 1)[1])
-        if match and match.group(1) in counts:
-            counts[match.group(1)] += 1
-    return counts
+        inst = re.match(r"^\s*(?:ROOT\s+)?%\S+ = .*?\s([a-z][a-z0-9\-]*)\((.*)$", line)
+        if current is None or not inst:
+            continue
+        current.append((inst.group(1), inst.group(2)))
+        called.update(re.findall(r"(?:calls|to_apply)=%([\w.\-]+)", inst.group(2)))
+    executed: dict[str, int] = {}
+    fusion_kinds: dict[str, int] = {}
+    dots = 0
+    for name, instructions in computations.items():
+        for opcode, rest in instructions:
+            dots += opcode in ("dot", "convolution")
+            if name in called:
+                continue
+            executed[opcode] = executed.get(opcode, 0) + 1
+            if opcode == "fusion":
+                kind = re.search(r"kind=(\w+)", rest)
+                key = kind.group(1) if kind else "?"
+                fusion_kinds[key] = fusion_kinds.get(key, 0) + 1
+    return {"executed": dict(sorted(executed.items(), key=lambda kv: -kv[1])),
+            "fusion_kinds": fusion_kinds, "dots": dots}
 
 
 def device_peak_bytes(device: jax.Device) -> int | None:
@@ -355,6 +371,11 @@ def device_peak_bytes(device: jax.Device) -> int | None:
 def process_peak_rss_bytes() -> int:
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is KiB on Linux
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+
+
+def progress(message: str) -> None:
+    """A line on stderr, so stdout stays the table."""
+    print(f"[benchmark] {message}", file=sys.stderr, flush=True)
 
 
 def run_step(entry: Entry) -> float:
@@ -375,13 +396,17 @@ def compile_and_warm(entry: Entry, warmup: int, device: jax.Device) -> None:
     for _ in range(max(warmup - 1, 0)):
         run_step(entry)
     entry.info["device_peak_bytes_after_warmup"] = device_peak_bytes(device)
+    progress(f"{entry.name}: compiled in {entry.info['compile_s']:.1f}s, first step "
+             f"{entry.info['first_step_s']:.2f}s")
 
 
 def time_round_robin(entries: list[Entry], steps_per_entry: int) -> None:
     """Each round runs one step of every entry, so slow spells of a shared machine are shared."""
-    for _ in range(steps_per_entry):
+    for round_index in range(steps_per_entry):
         for entry in entries:
             entry.times.append(run_step(entry))
+        progress(f"round {round_index + 1}/{steps_per_entry}: "
+                 + ", ".join(f"{e.name} {e.times[-1]:.3f}s" for e in entries))
 
 
 def summarize(entries: list[Entry], shapes: Shapes, peak: float) -> list[dict[str, Any]]:
@@ -458,8 +483,8 @@ def benchmark(config: str, compare: list[str], batch: int | None, seq_len: int |
     device = jax.devices()[0]
 
     entries = []
-    for i, (spec, cfg, c) in enumerate(zip(specs, model_cfgs, configs, strict=True)):
-        name = "ours" if i == 0 else f"ours[{spec.partition(':')[2]}]"
+    names = ["ours"] + [f"ours[{extra}]" for extra in compare]
+    for name, spec, cfg, c in zip(names, specs, model_cfgs, configs, strict=True):
         entries.append(our_entry(name, spec, cfg, optimizer_config(c), shapes, data, seed, False))
     if dense_mlm:
         entries.append(our_entry("ours_dense_mlm", specs[0], model_cfgs[0],

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
 
@@ -109,28 +108,6 @@ def run_train_py(workdir: str, args: list[str]) -> subprocess.CompletedProcess:
     command = [sys.executable, "train.py", "--config", "configs/pretrain.py:size=micro",
                "--workdir", workdir, *args]
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
-
-
-def test_resume_in_a_new_process_equals_an_uninterrupted_run(corpus, tmp_path):
-    text, cache = corpus
-    args = tiny_args(text, cache, steps=20, checkpoint_every_steps=5)
-    straight = str(tmp_path / "straight")
-    # Both runs in fresh processes, so they share every compiler setting.
-    uninterrupted = run_train_py(straight, args)
-    assert uninterrupted.returncode == 0, uninterrupted.stderr[-2000:]
-
-    resumed = str(tmp_path / "resumed")
-    first = run_train_py(resumed, args + ["--config.stop_after_steps=10"])
-    assert first.returncode == 0, first.stderr[-2000:]
-    assert final_params(resumed)[0] == 10
-    second = run_train_py(resumed, args)
-    assert second.returncode == 0, second.stderr[-2000:]
-    assert "resumed from" in second.stdout and "at step 10" in second.stdout
-
-    step_a, params_a = final_params(straight)
-    step_b, params_b = final_params(resumed)
-    assert step_a == step_b == 20
-    jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b), params_a, params_b)
 
 
 def test_bad_config_is_one_clear_line_and_nonzero_exit(tmp_path):

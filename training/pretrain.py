@@ -25,6 +25,7 @@ from models import BertForMaskedLM, ModelConfig
 from models.flops import flop_count
 from training import checkpoints, hardware, metrics, sharding, steps
 from training.optimizer import make_optimizer
+from training.preemption import PreemptionFlag
 
 
 class TrainingError(RuntimeError):
@@ -206,54 +207,61 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     end = config.num_train_steps
     if config.stop_after_steps is not None:
         end = min(end, config.stop_after_steps)
-    for step in range(start, end):
-        batch = host_batch_to_global(batcher.batch(step, rows), mesh, rules)
-        with mesh, nn.logical_axis_rules(rules):
-            state, step_metrics = train_step(state, batch)
-        window_steps += 1
-        done = step + 1
-        last = done == end
-        if done % config.log_every_steps == 0 or last or config.nonfinite == "error":
-            m = jax.device_get(step_metrics)
-            if not bool(m["finite"]) and config.nonfinite == "error":
-                raise TrainingError(
-                    f"non-finite loss or gradient at step {step} (loss_sum={m['loss_sum']}, "
-                    f"grad_norm={m['grad_norm']}); not checkpointed. Lower the learning rate "
-                    f"or set --config.nonfinite=skip"
-                )
-        if done % config.log_every_steps == 0 or last:
-            elapsed = time.time() - window_start - paused
-            steps_per_s = window_steps / max(elapsed, 1e-9)
-            values = {
-                "loss": float(m["loss_sum"]) / max(float(m["weight"]), 1.0),
-                "mlm_accuracy": float(m["correct"]) / max(float(m["weight"]), 1.0),
-                "learning_rate": float(m["learning_rate"]),
-                "grad_norm": float(m["grad_norm"]),
-                "param_norm": float(m["param_norm"]),
-                "update_norm": float(m["update_norm"]),
-                "step_time_s": elapsed / window_steps,
-                "tokens_per_s": tokens_per_step * steps_per_s,
-                "mfu": step_flops * steps_per_s / (peak * jax.device_count()),
-                "skipped_nonfinite": 0.0 if bool(m["finite"]) else 1.0,
-                "epoch": batcher.epoch(done),
-            }
-            writer.scalars(done, values)
-            progress.log(done, {k: values[k] for k in ("loss", "mlm_accuracy", "learning_rate",
-                                                        "tokens_per_s", "mfu")})
-            window_start, window_steps, paused = time.time(), 0, 0.0
-        pause_start = time.time()  # eval and checkpoint time is not training throughput
-        evaluated = done % config.eval_every_steps == 0 or last
-        if evaluated:
-            last_eval = evaluate()
-            writer.scalars(done, last_eval)
-            metrics.console(f"eval at step {done}: "
-                            + " ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
-        if done % config.checkpoint_every_steps == 0 or last:
-            checkpointer.save(done, state, run_config,
-                              metrics={"eval_loss": last_eval["eval_loss"]} if evaluated else None)
-        writer.flush()
-        paused += time.time() - pause_start
-    if is_main and last_eval and end == config.num_train_steps:
+    preempted = False
+    with PreemptionFlag() as preemption:
+        for step in range(start, end):
+            batch = host_batch_to_global(batcher.batch(step, rows), mesh, rules)
+            with mesh, nn.logical_axis_rules(rules):
+                state, step_metrics = train_step(state, batch)
+            window_steps += 1
+            done = step + 1
+            last = done == end
+            if done % config.log_every_steps == 0 or last or config.nonfinite == "error":
+                m = jax.device_get(step_metrics)
+                if not bool(m["finite"]) and config.nonfinite == "error":
+                    raise TrainingError(
+                        f"non-finite loss or gradient at step {step} (loss_sum={m['loss_sum']}, "
+                        f"grad_norm={m['grad_norm']}); not checkpointed. Lower the learning rate "
+                        f"or set --config.nonfinite=skip"
+                    )
+            if done % config.log_every_steps == 0 or last:
+                elapsed = time.time() - window_start - paused
+                steps_per_s = window_steps / max(elapsed, 1e-9)
+                values = {
+                    "loss": float(m["loss_sum"]) / max(float(m["weight"]), 1.0),
+                    "mlm_accuracy": float(m["correct"]) / max(float(m["weight"]), 1.0),
+                    "learning_rate": float(m["learning_rate"]),
+                    "grad_norm": float(m["grad_norm"]),
+                    "param_norm": float(m["param_norm"]),
+                    "update_norm": float(m["update_norm"]),
+                    "step_time_s": elapsed / window_steps,
+                    "tokens_per_s": tokens_per_step * steps_per_s,
+                    "mfu": step_flops * steps_per_s / (peak * jax.device_count()),
+                    "skipped_nonfinite": 0.0 if bool(m["finite"]) else 1.0,
+                    "epoch": batcher.epoch(done),
+                }
+                writer.scalars(done, values)
+                progress.log(done, {k: values[k] for k in ("loss", "mlm_accuracy", "learning_rate",
+                                                            "tokens_per_s", "mfu")})
+                window_start, window_steps, paused = time.time(), 0, 0.0
+            pause_start = time.time()  # eval and checkpoint time is not training throughput
+            evaluated = done % config.eval_every_steps == 0 or last
+            if evaluated:
+                last_eval = evaluate()
+                writer.scalars(done, last_eval)
+                metrics.console(f"eval at step {done}: "
+                                + " ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
+            preempted = preemption.requested()
+            if done % config.checkpoint_every_steps == 0 or last or preempted:
+                scores = {"eval_loss": last_eval["eval_loss"]} if evaluated else None
+                checkpointer.save(done, state, run_config, metrics=scores)
+            writer.flush()
+            paused += time.time() - pause_start
+            if preempted:
+                metrics.console(f"{preemption.signal_name}: saved step {done}; rerun the same "
+                                f"command to continue")
+                break
+    if is_main and last_eval and end == config.num_train_steps and not preempted:
         write_json_atomic(os.path.join(workdir, "final_metrics.json"),
                           {"step": config.num_train_steps, **last_eval})
     writer.close()

@@ -1,0 +1,150 @@
+"""Runs that die: SIGTERM, kill -9, corrupt checkpoints, non-finite losses, bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_train import REPO, final_params, tiny_args, tiny_config, write_corpus
+
+from training.checkpoints import Checkpointer
+from training.pretrain import TrainingError, train_and_evaluate
+
+STEPS = 24
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("corpus")
+    return write_corpus(str(directory)), str(directory / "cache")
+
+
+def train_py(workdir: str, args: list[str]) -> subprocess.Popen:
+    command = [sys.executable, "train.py", "--config", "configs/pretrain.py:size=micro",
+               "--workdir", workdir, *args]
+    return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def run_to_end(workdir: str, args: list[str]) -> str:
+    proc = train_py(workdir, args)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    return out
+
+
+def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float = 300) -> str:
+    deadline = time.time() + timeout
+    seen = []
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        seen.append(line)
+        if line.startswith(prefix):
+            return line
+    proc.kill()
+    raise AssertionError(f"never saw {prefix!r}; stdout: {''.join(seen)[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def straight(corpus, tmp_path_factory):
+    """Final params of an uninterrupted run, in a fresh process like the others."""
+    text, cache = corpus
+    workdir = str(tmp_path_factory.mktemp("straight"))
+    run_to_end(workdir, args(text, cache))
+    return final_params(workdir)
+
+
+def args(text: str, cache: str) -> list[str]:
+    return tiny_args(text, cache, steps=STEPS, log_every_steps=1, checkpoint_every_steps=5,
+                     eval_every_steps=STEPS)
+
+
+def assert_same_params(a, b) -> None:
+    assert a[0] == b[0] == STEPS
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(x, y), a[1], b[1])
+
+
+def test_sigterm_saves_the_current_step_and_a_rerun_continues(corpus, straight, tmp_path):
+    """Also the resume test: a new process continues to bit-identical final params."""
+    text, cache = corpus
+    workdir = str(tmp_path / "run")
+    proc = train_py(workdir, args(text, cache))
+    wait_for_line(proc, "step 7/")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    saved = int(out.split("SIGTERM: saved step ")[1].split(";")[0])
+    assert saved >= 7
+    assert saved in Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True).all_steps()
+    assert not os.path.exists(os.path.join(workdir, "final_metrics.json"))
+    rerun = run_to_end(workdir, args(text, cache))
+    assert f"at step {saved}" in rerun
+    assert_same_params(final_params(workdir), straight)
+
+
+def test_kill_9_resumes_from_the_last_complete_checkpoint(corpus, straight, tmp_path):
+    text, cache = corpus
+    workdir = str(tmp_path / "run")
+    proc = train_py(workdir, args(text, cache))
+    wait_for_line(proc, "step 12/")
+    proc.kill()  # SIGKILL: no handler runs
+    proc.communicate(timeout=60)
+    rerun = run_to_end(workdir, args(text, cache))
+    assert "resumed from" in rerun and "at step 10" in rerun
+    assert_same_params(final_params(workdir), straight)
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
+    checkpointer = Checkpointer(str(tmp_path / "ckpt"), keep_last=3)
+    state = {"step": jnp.asarray(0), "w": jnp.arange(6.0)}
+    checkpointer.save(1, state, {"run": 1})
+    checkpointer.save(2, {"step": jnp.asarray(2), "w": jnp.arange(6.0) * 2}, {"run": 2})
+    checkpointer.close()
+    # Damage every data file of step 2 (a disk that filled up mid-write, a bad copy).
+    for root, _, files in os.walk(tmp_path / "ckpt" / "2" / "state"):
+        for name in files:
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(b"\0garbage")
+    reader = Checkpointer(str(tmp_path / "ckpt"), read_only=True)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    with caplog.at_level("WARNING"):
+        restored, config, step = reader.restore(abstract)
+    assert step == 1 and config == {"run": 1}
+    np.testing.assert_array_equal(restored["w"], np.arange(6.0))
+    assert any("ckpt/2" in r.getMessage() and "unreadable" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_non_finite_loss_stops_naming_the_step_and_is_not_checkpointed(corpus, tmp_path):
+    text, cache = corpus
+    workdir = str(tmp_path / "run")
+    # An absurd learning rate drives the parameters to inf within a few steps.
+    config = tiny_config(text, cache, steps=30, checkpoint_every_steps=1)
+    config.optimizer.learning_rate = 1e30
+    config.optimizer.grad_clip_norm = 0.0
+    with pytest.raises(TrainingError, match=r"non-finite loss or gradient at step \d+") as info:
+        train_and_evaluate(config, workdir)
+    bad_step = int(str(info.value).split("at step ")[1].split(" ")[0])
+    saved = Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True).all_steps()
+    assert max(saved, default=0) <= bad_step  # checkpoint k holds k steps: all finite
+
+
+def test_skip_mode_keeps_going_past_a_non_finite_update(corpus, tmp_path):
+    text, cache = corpus
+    config = tiny_config(text, cache, steps=12, nonfinite="skip")
+    config.optimizer.learning_rate = 1e30
+    config.optimizer.grad_clip_norm = 0.0
+    final = train_and_evaluate(config, str(tmp_path / "run"))
+    assert "eval_loss" in final  # the run completed
+    step, params = final_params(str(tmp_path / "run"))
+    assert step == 12
+    assert all(np.all(np.isfinite(p)) for p in jax.tree.leaves(params))
