@@ -5,9 +5,9 @@
       --config.data.corpus=../shared/data/corpus --config.num_train_steps=2000 --workdir DIR
 
 Rerunning the same command in the same --workdir resumes from its last
-checkpoint. Multi-host: each process runs this same command; set
-JAX_COORDINATOR_ADDRESS/JAX_NUM_PROCESSES/JAX_PROCESS_ID (or run on a TPU pod or
-under SLURM/Open MPI, which JAX detects) and jax.distributed.initialize() joins them.
+checkpoint; SIGTERM/SIGINT save the current step first. Multi-process: every
+process runs this same command with the environment described in
+maybe_initialize_distributed().
 """
 
 from __future__ import annotations
@@ -25,10 +25,21 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def maybe_initialize_distributed() -> None:
-    """Joins a multi-process run when the environment describes one."""
+    """Joins a multi-process run when the environment describes one.
+
+    JAX_COORDINATOR_ADDRESS (host:port), JAX_NUM_PROCESSES and JAX_PROCESS_ID
+    start a run by hand (e.g. several processes on one machine); on a TPU pod,
+    under SLURM or Open MPI set JAX_DISTRIBUTED=auto and JAX finds its peers.
+    """
     import jax
 
-    if os.environ.get("JAX_COORDINATOR_ADDRESS") or os.environ.get("JAX_NUM_PROCESSES"):
+    if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+        jax.distributed.initialize(
+            coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+            num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+            process_id=int(os.environ["JAX_PROCESS_ID"]),
+        )
+    elif os.environ.get("JAX_DISTRIBUTED") == "auto":
         jax.distributed.initialize()
 
 

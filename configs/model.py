@@ -74,11 +74,11 @@ def parse_arg(arg: str | None) -> dict[str, object]:
         if "=" not in item:
             raise ValueError(f"config arg {item!r} is not of the form key=value")
         key, value = (s.strip() for s in item.split("=", 1))
-        out[key] = _parse_value(value)
+        out[key] = parse_value(value)
     return out
 
 
-def _parse_value(text: str) -> object:
+def parse_value(text: str) -> object:
     lowered = text.lower()
     if lowered in ("none", "null"):
         return None

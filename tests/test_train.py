@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from configs import pretrain
+from configs.model import parse_value
 from training.checkpoints import Checkpointer
 from training.pretrain import train_and_evaluate
 
@@ -63,7 +64,7 @@ def tiny_config(corpus: str, cache: str, steps: int, **extra):
         node = config
         for p in parents:
             node = node[p]
-        node[leaf] = type(node[leaf])(value) if node[leaf] is not None else value
+        node[leaf] = type(node[leaf])(value) if node[leaf] is not None else parse_value(value)
     return config
 
 

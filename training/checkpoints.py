@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any
 
+import jax
 import orbax.checkpoint as ocp
 from absl import logging
 from orbax.checkpoint import checkpoint_managers as policies
@@ -49,7 +50,9 @@ class Checkpointer:
             create=not read_only,
         )
         self.manager = ocp.CheckpointManager(
-            self.directory, options=options, item_names=("state", "config")
+            self.directory, options=options,
+            item_handlers={"state": ocp.StandardCheckpointHandler(),
+                           "config": ocp.JsonCheckpointHandler()},
         )
 
     # -- queries -----------------------------------------------------------------
@@ -105,10 +108,16 @@ class Checkpointer:
         step = step if step is not None else self.latest_step()
         if step is None:
             raise CheckpointError(f"{self.directory}: no checkpoint to restore")
+        # Restore onto this process's first device whatever layout (device count,
+        # process count) saved it: readers such as eval_glue.py need plain arrays.
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        metadata = self.manager.item_metadata(step)["state"]
+        target = jax.tree.map(
+            lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
         restored = self.manager.restore(
             step,
             args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(), config=ocp.args.JsonRestore()
+                state=ocp.args.StandardRestore(target), config=ocp.args.JsonRestore()
             ),
         )
         return restored["state"], dict(restored["config"]), step

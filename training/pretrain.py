@@ -122,6 +122,22 @@ def compile_for_mesh(model, optimizer, schedule, config, mesh, rules) -> Compile
     return Compiled(abstract_state, state_shardings, init_fn, train_step, eval_step)
 
 
+def build_data(config: ml_collections.ConfigDict, workdir: str):
+    """Process 0 builds the tokenizer and packed cache first; the others then read it.
+
+    Tokenizer training is not bit-reproducible across processes, so they must
+    share one: on several hosts, point data.cache_dir at a shared filesystem or
+    pass a ready data.tokenizer.
+    """
+    if jax.process_count() == 1:
+        return input_pipeline.from_config(config.data, workdir)
+    from jax.experimental import multihost_utils
+
+    data = input_pipeline.from_config(config.data, workdir) if jax.process_index() == 0 else None
+    multihost_utils.sync_global_devices("input pipeline built by process 0")
+    return data or input_pipeline.from_config(config.data, workdir)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     """Pretrains (resuming from `workdir` if it holds checkpoints); returns the last eval."""
     validate(config)
@@ -141,7 +157,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                     f"({jax.process_count()} processes)")
 
     # -- input ----------------------------------------------------------------------
-    data = input_pipeline.from_config(config.data, workdir)
+    data = build_data(config, workdir)
     if is_main:
         # The run directory is self-contained: eval_glue.py reads WORKDIR/tokenizer.
         copy_tokenizer(data.tokenizer_dir, os.path.join(workdir, "tokenizer"))
