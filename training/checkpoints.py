@@ -103,6 +103,13 @@ class Checkpointer:
             f"{self.directory}: no checkpoint restores (last error: {last_error})"
         )
 
+    def saved_config(self, step: int | None = None) -> dict:
+        """The run config stored with a checkpoint (cheap: no arrays are read)."""
+        step = step if step is not None else self.latest_step()
+        only_config = ocp.args.Composite(config=ocp.args.JsonRestore())
+        restored = self.manager.restore(step, args=only_config)
+        return dict(restored["config"])
+
     def restore_raw(self, step: int | None = None) -> tuple[dict, dict, int]:
         """(state as nested dicts of arrays, config, step) without a target structure."""
         step = step if step is not None else self.latest_step()

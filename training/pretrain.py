@@ -186,8 +186,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         os.path.join(workdir, "checkpoints"), keep_last=config.keep_checkpoints,
         best_metric="eval_loss")
     if checkpointer.latest_step() is not None:
-        state, saved_config, start = checkpointer.restore(abstract_state)
-        check_same_architecture(saved_config, model_cfg, workdir)
+        check_same_architecture(checkpointer.saved_config(), model_cfg, workdir)
+        state, _, start = checkpointer.restore(abstract_state)
         metrics.console(f"resumed from {checkpointer.directory} at step {start}")
     else:
         with mesh, nn.logical_axis_rules(rules):

@@ -1,0 +1,91 @@
+"""Bad input: one clear error naming the file or field, a non-zero exit, nothing
+half-written that looks complete. (GLUE TSV cases: tests/test_glue_data.py;
+model-config cases: tests/test_configs.py; corpus decoding: test_input_pipeline.py.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from test_train import REPO, tiny_config, write_corpus
+
+from training.pretrain import TrainingError, train_and_evaluate
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("corpus")
+    return write_corpus(str(directory)), str(directory / "cache")
+
+
+def empty_dir(tmp_path):
+    path = tmp_path / "empty"
+    path.mkdir()
+    return str(path)
+
+
+def blank_file(tmp_path):
+    path = tmp_path / "blank.txt"
+    path.write_text("\n\n   \n")
+    return str(path)
+
+
+CASES = {
+    # name: (config changes, expected message fragment)
+    "empty corpus directory": (lambda c, t: c.data.update(corpus=empty_dir(t)), "no text"),
+    "corpus of blank lines": (lambda c, t: c.data.update(corpus=blank_file(t)), "no text"),
+    "missing corpus path": (lambda c, t: c.data.update(corpus=str(t / "nope" / "*.txt")),
+                            "nope"),
+    "zero steps": (lambda c, t: c.update(num_train_steps=0), "num_train_steps=0"),
+    "accumulation not dividing batch": (lambda c, t: c.update(grad_accum_steps=3),
+                                        "grad_accum_steps=3 must divide batch_size=16"),
+    "sequence longer than positions": (lambda c, t: c.data.update(max_seq_length=4096),
+                                       "exceeds model.max_position_embeddings"),
+    "unknown optimizer": (lambda c, t: c.optimizer.update(name="sgd"), "optimizer.name='sgd'"),
+    "negative warmup": (lambda c, t: c.optimizer.update(warmup_steps=-1),
+                        "optimizer.warmup_steps=-1"),
+    "mesh larger than the machine": (lambda c, t: c.mesh.update(tensor=16), "does not fit"),
+    "heads not dividing width": (lambda c, t: c.model.update(num_heads=5),
+                                 "model.num_heads=5 does not divide model.hidden_size=32"),
+    "zero key size": (lambda c, t: c.model.update(key_size=0), "model.key_size=0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_pretraining_input_is_one_clear_error(case, corpus, tmp_path):
+    change, message = CASES[case]
+    config = tiny_config(*corpus, steps=4)
+    change(config, tmp_path)
+    workdir = tmp_path / "run"
+    with pytest.raises(ValueError) as info:
+        train_and_evaluate(config, str(workdir))
+    text = str(info.value)
+    assert message in text and "\n" not in text.strip()
+    assert not (workdir / "checkpoints").exists() or not os.listdir(workdir / "checkpoints")
+    assert not (workdir / "final_metrics.json").exists()
+
+
+def test_workdir_with_another_architecture_is_refused(corpus, tmp_path):
+    workdir = str(tmp_path / "run")
+    train_and_evaluate(tiny_config(*corpus, steps=2), workdir)
+    config = tiny_config(*corpus, steps=4)
+    config.model.mlp_dim = 128
+    with pytest.raises(TrainingError, match=r"different architecture \(model.mlp_dim: "
+                                            r"checkpoint 64, config 128\)"):
+        train_and_evaluate(config, workdir)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--config.model.colour=blue"], "colour"),
+    (["--config.data.corpus=/no/such/dir/*.txt"], "/no/such/dir"),
+])
+def test_command_line_errors_exit_non_zero_with_one_line(args, message, tmp_path):
+    command = [sys.executable, "train.py", "--config", "configs/pretrain.py:size=micro",
+               "--workdir", str(tmp_path / "run"), *args]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert message in result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) <= 1
