@@ -204,3 +204,37 @@ def test_parameters_carry_logical_axes(rng):
         if not isinstance(v, nn.Partitioned)
     ]
     assert unannotated == []
+
+
+@pytest.mark.parametrize("remat", ["full", "dots"])
+def test_rematerialisation_gives_the_same_gradients(remat, rng):
+    cfg = tiny_config(attention="talking_heads")
+    ids, types, mask = random_batch(rng, pad_from=9)
+    params = init_params(BertForMaskedLM(cfg), ids, types, mask)
+
+    def grads(c):
+        def loss(p):
+            out = BertForMaskedLM(c).apply({"params": p}, ids, types, mask)
+            return jnp.mean(jax.nn.logsumexp(out["mlm_logits"], -1))
+
+        return jax.jit(jax.grad(loss))(params)
+
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+                 grads(cfg.replace(remat=remat)), grads(cfg))
+
+
+@pytest.mark.parametrize("attention", ["multi_head", "talking_heads"])
+def test_bfloat16_compute_keeps_fp32_params_softmax_and_logits(attention, rng):
+    cfg = tiny_config(attention=attention, dtype="bfloat16")
+    model = BertForMaskedLM(cfg)
+    ids, types, mask = random_batch(rng, pad_from=9)
+    params = init_params(model, ids, types, mask)
+    assert {p.dtype for p in jax.tree.leaves(params)} == {jnp.dtype("float32")}
+    out = model.apply({"params": params}, ids, types, mask)
+    assert out["hidden_states"].dtype == jnp.bfloat16
+    assert out["mlm_logits"].dtype == jnp.float32
+    reference = BertForMaskedLM(cfg.replace(dtype="float32")).apply(
+        {"params": params}, ids, types, mask)
+    # bf16 has 8 bits of mantissa: agreement to a few percent of the logit scale.
+    scale = float(jnp.abs(reference["mlm_logits"]).max())
+    assert float(jnp.abs(out["mlm_logits"] - reference["mlm_logits"]).max()) < 0.05 * scale

@@ -194,8 +194,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             state = init_fn(jax.random.key(config.seed))
         start = 0
     if is_main:
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            json.dump(run_config, f, indent=2, default=str)
+        write_json_atomic(os.path.join(workdir, "config.json"), run_config)
 
     writer = metrics.MetricWriter(workdir)
     if start == 0:
@@ -236,24 +235,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                 m = jax.device_get(step_metrics)
                 if not bool(m["finite"]) and config.nonfinite == "error":
                     raise TrainingError(
-                        f"non-finite loss or gradient at step {step} (loss_sum={m['loss_sum']}, "
+                        f"non-finite loss or gradient at step {done} (loss_sum={m['loss_sum']}, "
                         f"grad_norm={m['grad_norm']}); not checkpointed. Lower the learning rate "
                         f"or set --config.nonfinite=skip"
                     )
             if done % config.log_every_steps == 0 or last:
-                elapsed = time.time() - window_start - paused
-                steps_per_s = window_steps / max(elapsed, 1e-9)
+                step_time = (time.time() - window_start - paused) / window_steps
                 values = {
-                    "loss": float(m["loss_sum"]) / max(float(m["weight"]), 1.0),
-                    "mlm_accuracy": float(m["correct"]) / max(float(m["weight"]), 1.0),
-                    "learning_rate": float(m["learning_rate"]),
-                    "grad_norm": float(m["grad_norm"]),
-                    "param_norm": float(m["param_norm"]),
-                    "update_norm": float(m["update_norm"]),
-                    "step_time_s": elapsed / window_steps,
-                    "tokens_per_s": tokens_per_step * steps_per_s,
-                    "mfu": step_flops * steps_per_s / (peak * jax.device_count()),
-                    "skipped_nonfinite": 0.0 if bool(m["finite"]) else 1.0,
+                    **train_scalars(m),
+                    "step_time_s": step_time,
+                    "tokens_per_s": tokens_per_step / step_time,
+                    "mfu": step_flops / step_time / (peak * jax.device_count()),
                     "epoch": batcher.epoch(done),
                 }
                 writer.scalars(done, values)
@@ -285,6 +277,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     return last_eval
 
 
+def train_scalars(m: dict[str, Any]) -> dict[str, float]:
+    """Per-step scalars from the step's sums (loss and accuracy over its real targets)."""
+    weight = max(float(m["weight"]), 1.0)
+    return {
+        "loss": float(m["loss_sum"]) / weight,
+        "mlm_accuracy": float(m["correct"]) / weight,
+        "learning_rate": float(m["learning_rate"]),
+        "grad_norm": float(m["grad_norm"]),
+        "param_norm": float(m["param_norm"]),
+        "update_norm": float(m["update_norm"]),
+        "skipped_nonfinite": 0.0 if bool(m["finite"]) else 1.0,
+    }
+
+
 def copy_tokenizer(source: os.PathLike | str, target: str) -> None:
     os.makedirs(target, exist_ok=True)
     for name in ("tokenizer.json", "vocab.txt"):
@@ -298,7 +304,7 @@ def copy_tokenizer(source: os.PathLike | str, target: str) -> None:
 def write_json_atomic(path: str, value: Any) -> None:
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(value, f, indent=2)
+        json.dump(value, f, indent=2, default=str)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
