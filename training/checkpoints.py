@@ -19,6 +19,17 @@ from absl import logging
 from orbax.checkpoint import checkpoint_managers as policies
 
 
+class _DropReadOnlyNotices:
+    """Orbax warns on every read-only open; eval_glue.py opens read-only by design."""
+
+    def filter(self, record) -> bool:
+        message = record.getMessage()
+        return "read_only=True" not in message and "directory is read only" not in message
+
+
+logging.get_absl_logger().addFilter(_DropReadOnlyNotices())
+
+
 class CheckpointError(ValueError):
     """A checkpoint that is missing or does not fit; the message names the path."""
 

@@ -304,7 +304,8 @@ def markdown_table(results: dict[str, Any], label: str) -> str:
     columns: list[str] = []
     cells: dict[str, str] = {}
     mains: dict[str, float] = {}
-    for summary in results["tasks"].values():
+    for task_name in sorted(results["tasks"], key=ALL_TASKS.index):  # the BERT table's order
+        summary = results["tasks"][task_name]
         for name, value in summary["main"].items():
             columns.append(name)
             task = glue.get_task(summary["task"])
@@ -333,9 +334,15 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     pretrained = load_pretrained(config)
     check_workdir_identity(workdir, pretrained, config)
     results: dict[str, Any] = {"init": pretrained.source, "tasks": {}, "skipped": {}}
+    previous = os.path.join(workdir, "results.json")
+    if os.path.exists(previous):
+        # Tasks fine-tuned by earlier invocations in this workdir stay in the table.
+        with open(previous) as f:
+            results["tasks"].update(json.load(f).get("tasks", {}))
     for task in tasks:
         try:
             results["tasks"][task.name] = run_task(task, pretrained, config, workdir)
+            results["skipped"].pop(task.name, None)
         except glue.GlueDataError as e:
             if len(tasks) == 1:
                 raise
