@@ -39,7 +39,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ValueError(f"unknown config arg(s) {unknown}; allowed: {sorted(GLUE_ARGS)}")
 
     config = ml_collections.ConfigDict()
-    config.task = "rte"  # a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or all
+    # A GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli), several as
+    # sst2/rte, or all. Results of earlier invocations in the same workdir are kept.
+    config.task = "rte"
     # Pretraining workdir to start from (its latest checkpoint, config and tokenizer/).
     config.init_from = ml_collections.config_dict.placeholder(str)
     # Or a Hugging Face BERT: hub id or directory with config.json, weights, vocab.txt.

@@ -21,6 +21,26 @@ import dataclasses
 from models.config import ModelConfig
 
 
+def parameter_counts(cfg: ModelConfig) -> tuple[int, int]:
+    """(parameters without the MLM head, MLM head parameters) of BertForMaskedLM.
+
+    From the real model's shapes (jax.eval_shape: nothing is allocated), so the
+    count cannot drift from the code. Without the MLM head it is what the papers
+    report (BERT-base: 109,482,240, pooler included).
+    """
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    from models.bert import BertForMaskedLM
+
+    ids = jnp.zeros((1, 2), jnp.int32)
+    shapes = jax.eval_shape(lambda: BertForMaskedLM(cfg).init(jax.random.key(0), ids))
+    params = nn.unbox(shapes)["params"]
+    head = sum(x.size for x in jax.tree.leaves(params["mlm_head"]))
+    return sum(x.size for x in jax.tree.leaves(params)) - head, head
+
+
 @dataclasses.dataclass(frozen=True)
 class FlopCount:
     encoder_per_token: float  # forward FLOPs of all layers, per input token

@@ -13,29 +13,17 @@ from __future__ import annotations
 
 import sys
 
-import flax.linen as nn
-import jax
-import jax.numpy as jnp
 from absl import app, flags
 
 from configs import grids
 from configs import model as model_configs
-from models import BertForMaskedLM, ModelConfig
-from models.flops import flop_count
+from models import ModelConfig
+from models.flops import flop_count, parameter_counts
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("grid", None, f"one of {sorted(grids.GRIDS)}; default: all grids")
 flags.DEFINE_string("config", None, "configs/model.py:ARGS style model args (overrides --grid)")
 flags.DEFINE_integer("seq_len", 128, "sequence length for the attention FLOPs")
-
-
-def parameter_counts(cfg: ModelConfig) -> tuple[int, int]:
-    """(parameters without the MLM head, MLM head parameters)."""
-    ids = jnp.zeros((1, 2), jnp.int32)
-    shapes = jax.eval_shape(lambda: BertForMaskedLM(cfg).init(jax.random.key(0), ids))
-    params = nn.unbox(shapes)["params"]
-    head = sum(x.size for x in jax.tree.leaves(params["mlm_head"]))
-    return sum(x.size for x in jax.tree.leaves(params)) - head, head
 
 
 def row_line(name: str, cfg: ModelConfig, seq_len: int, reported: dict) -> str:

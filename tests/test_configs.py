@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import flax.linen as nn
-import jax
-import jax.numpy as jnp
 import pytest
 
 from configs import grids
 from configs import model as model_configs
-from models import BertForMaskedLM, ConfigError, ModelConfig
+from models import ConfigError, ModelConfig
+from models.flops import parameter_counts
 
 
 def model_config(arg: str) -> ModelConfig:
     return ModelConfig.from_config(model_configs.get_config(arg).model)
 
 
-def count_params(cfg: ModelConfig) -> tuple[int, int]:
-    """(parameters without the MLM head, MLM head parameters), shapes only."""
-    ids = jnp.zeros((1, 8), jnp.int32)
-    shapes = jax.eval_shape(lambda: BertForMaskedLM(cfg).init(jax.random.key(0), ids))
-    params = nn.unbox(shapes)["params"]
-    head = sum(x.size for x in jax.tree.leaves(params["mlm_head"]))
-    return sum(x.size for x in jax.tree.leaves(params)) - head, head
-
-
 def test_bert_base_has_exactly_the_published_parameter_count():
-    encoder, head = count_params(model_config("size=base"))
+    encoder, head = parameter_counts(model_config("size=base"))
     assert encoder == 109_482_240
     # transform D*D + D, LayerNorm 2D, output bias over the vocabulary (decoder tied).
     assert head == 768 * 768 + 768 + 2 * 768 + 30522
@@ -40,13 +29,13 @@ PAPER_COUNTS_M = {  # DESIGN.md: the low-rank paper's counts (millions)
 
 @pytest.mark.parametrize("row", sorted(PAPER_COUNTS_M))
 def test_low_rank_rows_match_the_papers_parameter_counts(row):
-    encoder, head = count_params(model_config(f"row={row}"))
+    encoder, head = parameter_counts(model_config(f"row={row}"))
     # The paper rounds to millions and counts its heads in some rows: within 1%.
     assert encoder / 1e6 == pytest.approx(PAPER_COUNTS_M[row], rel=0.01)
 
 
 def test_table_2a_counts_match_design_to_a_tenth_of_a_million():
-    got = [count_params(model_config(f"row=lowrank_2a_h{h}"))[0] / 1e6 for h in (8, 12, 16, 32)]
+    got = [parameter_counts(model_config(f"row=lowrank_2a_h{h}"))[0] / 1e6 for h in (8, 12, 16, 32)]
     assert got == pytest.approx([167.4, 192.6, 217.8, 318.6], abs=0.05)
 
 
@@ -59,7 +48,7 @@ def test_talking_heads_adds_exactly_the_two_mixing_matrices_per_layer(hk, h, hv)
     d, k, v, layers = 256, 64, 64, 4
     qkvo = lambda nq, nv: 2 * (d * nq * k + nq * k) + (d * nv * v + nv * v) + nv * v * d + d  # noqa: E731
     expected_delta = layers * (qkvo(hk, hv) - qkvo(hk, hk) + hk * h + h * hv)
-    assert count_params(th)[0] - count_params(mh_hk)[0] == expected_delta
+    assert parameter_counts(th)[0] - parameter_counts(mh_hk)[0] == expected_delta
 
 
 def test_every_grid_row_builds_a_valid_config():

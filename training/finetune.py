@@ -207,7 +207,9 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
     bert.update(flax.traverse_util.flatten_dict(pretrained.bert_params, sep="/"))
     params = {**params, "bert": jax.tree.map(
         jnp.asarray, flax.traverse_util.unflatten_dict(bert, sep="/"))}
-    opt_state = optimizer.init(params)
+    # Committed to one device up front: otherwise the first step's uncommitted inputs
+    # and the later committed ones compile the step twice.
+    params, opt_state = jax.device_put((params, optimizer.init(params)), jax.devices()[0])
     train_step, predict = make_steps(model, task, optimizer)
 
     writer = metrics.MetricWriter(run_dir)
@@ -328,7 +330,7 @@ def markdown_table(results: dict[str, Any], label: str) -> str:
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    names = ALL_TASKS if str(config.task).lower() == "all" else (config.task,)
+    names = ALL_TASKS if str(config.task).lower() == "all" else str(config.task).split("/")
     tasks = [glue.get_task(name) for name in names]
     os.makedirs(workdir, exist_ok=True)
     pretrained = load_pretrained(config)

@@ -1,0 +1,269 @@
+"""Sweep settings and layout, shared by scripts/sweep.py and scripts/tables.py.
+
+A sweep runs every row of a grid (configs/grids.py, or a user's grid file) as
+one pretraining run per pretraining seed, each followed by GLUE fine-tuning.
+Its output directory OUT holds:
+
+  OUT/sweep.json          what was launched: grid, rows, seeds, GLUE tasks, arguments
+  OUT/launch_list.txt     cluster mode: the run scripts, one per line
+  OUT/data_cache/         tokenizer and packed corpus shared by every run
+  OUT/jax_cache/          XLA compilation cache shared by every run
+  OUT/ROW/                one row (one pretraining seed); with --seeds: OUT/ROW/seed{S}/
+      run.sh              cluster mode: this run's commands
+      pretrain/           train.py's --workdir; its output in train.log
+      glue/TASK/          eval_glue.py's --workdir for one task; its output in eval_glue.log
+
+Why one GLUE workdir per task: eval_glue.py takes one task (or all nine) and its
+results.json holds the tasks of one invocation, so tasks run one at a time into
+one directory would leave only the last one in results.json.
+
+Why one data cache: WordPiece training is not bit-reproducible across
+processes, so runs that each built their own tokenizer would differ in their
+vocabulary as well as in the attention being compared.
+
+A grid file is a Python file defining
+
+  GRID = [{"name": "mh_h8", "overrides": {"size": "mini", "heads": 8}},
+          {"name": "th_h8", "overrides": {"size": "mini", "heads": 8,
+                                          "attention": "talking_heads"}}]
+
+(or `configs.grids.Row` objects); overrides take the keys of configs/pretrain.py's
+arg (model keys such as heads, key_size, attention, and run keys such as lr).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import json
+import os
+import re
+from typing import Any
+
+import ml_collections
+
+from configs import grids
+from configs import model as model_configs
+from configs import pretrain as pretrain_configs
+
+MANIFEST = "sweep.json"
+LAUNCH_LIST = "launch_list.txt"
+DATA_CACHE = "data_cache"
+JAX_CACHE = "jax_cache"
+RUN_SCRIPT = "run.sh"
+PRETRAIN_DIR = "pretrain"
+GLUE_DIR = "glue"
+PRETRAIN_LOG = "train.log"
+GLUE_LOG = "eval_glue.log"
+
+# Row names become directory names and appear in shell scripts.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_SEED_DIR = re.compile(r"seed(\d+)")
+
+
+# -- grids -------------------------------------------------------------------------------
+def load_grid(name: str | None, path: str | None) -> tuple[str, list[grids.Row]]:
+    """(label, rows) of a named grid of configs/grids.py or of a grid file."""
+    if bool(name) == bool(path):
+        raise ValueError("give exactly one of --grid NAME and --grid_file FILE")
+    if name:
+        if name not in grids.GRIDS:
+            raise ValueError(f"--grid={name!r} is unknown; choose one of {sorted(grids.GRIDS)}")
+        return name, list(grids.GRIDS[name])
+    return os.path.abspath(path), load_grid_file(path)
+
+
+def load_grid_file(path: str) -> list[grids.Row]:
+    if not os.path.isfile(path):
+        raise ValueError(f"--grid_file={path}: no such file")
+    spec = importlib.util.spec_from_file_location("user_grid", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    entries = getattr(module, "GRID", None)
+    if not isinstance(entries, list | tuple) or not entries:
+        raise ValueError(f"{path}: define GRID = [{{'name': ..., 'overrides': {{...}}}}, ...]")
+    return check_rows([as_row(entry, f"{path}: GRID[{i}]") for i, entry in enumerate(entries)])
+
+
+def as_row(entry: Any, where: str) -> grids.Row:
+    if isinstance(entry, grids.Row):
+        return entry
+    if not isinstance(entry, dict) or "name" not in entry:
+        raise ValueError(f"{where} must be a configs.grids.Row or a dict with 'name'")
+    unknown = sorted(set(entry) - {"name", "overrides", "reported"})
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: name, overrides, reported")
+    return grids.Row(str(entry["name"]), dict(entry.get("overrides") or {}),
+                     dict(entry.get("reported") or {}))
+
+
+def check_rows(rows: list[grids.Row]) -> list[grids.Row]:
+    """Unique names that are safe as directory names; override keys configs/pretrain.py knows."""
+    allowed = set(model_configs.MODEL_ARGS) | set(pretrain_configs.PRETRAIN_ARGS)
+    seen: set[str] = set()
+    for row in rows:
+        if not _NAME.fullmatch(row.name) or _SEED_DIR.fullmatch(row.name):
+            raise ValueError(f"row name {row.name!r}: use letters, digits, '_', '.', '+', '-'")
+        if row.name in seen:
+            raise ValueError(f"row name {row.name!r} appears twice")
+        seen.add(row.name)
+        unknown = sorted(set(row.overrides) - allowed)
+        if unknown:
+            raise ValueError(f"row {row.name}: unknown override(s) {unknown}; "
+                             f"allowed: {', '.join(sorted(allowed))}")
+    return rows
+
+
+def row_arg(row: grids.Row) -> str:
+    """The configs/pretrain.py arg that builds a row: `row=NAME` for the papers' rows."""
+    known = grids.ROWS.get(row.name)
+    if known is not None and known.overrides == row.overrides:
+        return f"row={row.name}"
+    return ",".join(f"{k}={format_value(v)}" for k, v in row.overrides.items())
+
+
+def format_value(value: object) -> str:
+    text = "none" if value is None else str(value).lower() if isinstance(value, bool) else str(
+        value)
+    if "," in text:  # parse_arg splits on commas
+        raise ValueError(f"override value {text!r} cannot be passed in a comma arg; "
+                         f"use --pretrain_overrides instead")
+    return text
+
+
+def join_args(*parts: str) -> str:
+    return ",".join(p.strip(",") for p in parts if p and p.strip(","))
+
+
+# -- configs -----------------------------------------------------------------------------
+def apply_overrides(config: ml_collections.ConfigDict, overrides: list[str]) -> None:
+    """Applies FIELD=VALUE strings (as --config.FIELD=VALUE would) to a ConfigDict."""
+    for item in overrides:
+        key, value = split_override(item)
+        *parents, leaf = key.split(".")
+        node = config
+        try:
+            for p in parents:
+                node = node[p]
+            current = node[leaf]
+        except (KeyError, AttributeError, TypeError):
+            raise ValueError(f"override {item!r}: the config has no field {key}") from None
+        try:
+            node[leaf] = coerce(value, current)
+        except (TypeError, ValueError, SyntaxError) as e:  # incl. ml_collections' type check
+            raise ValueError(f"override {item!r}: {e}") from None
+
+
+def normalize_override(item: str) -> str:
+    """'--config.a.b=v', 'config.a.b=v' and 'a.b=v' all become 'a.b=v'."""
+    return "=".join(split_override(item))
+
+
+def split_override(item: str) -> tuple[str, str]:
+    text = item.removeprefix("--").removeprefix("config.")
+    if "=" not in text:
+        raise ValueError(f"override {item!r} is not of the form FIELD=VALUE")
+    key, value = text.split("=", 1)
+    return key.strip(), value
+
+
+def coerce(text: str, current: object) -> object:
+    if isinstance(current, bool):
+        return text.strip().lower() in ("1", "true", "yes")
+    if isinstance(current, int | float):
+        return type(current)(text)
+    if isinstance(current, tuple | list):
+        value = ast.literal_eval(text)
+        return tuple(value) if isinstance(value, tuple | list) else (value,)
+    if isinstance(current, str):
+        return text
+    return model_configs.parse_value(text)  # a None placeholder: the parsed type
+
+
+def pretrain_config(arg: str, overrides: list[str]) -> ml_collections.ConfigDict:
+    """configs/pretrain.py:ARG plus --config overrides; raises ValueError naming a bad field."""
+    config = pretrain_configs.get_config(arg)
+    apply_overrides(config, overrides)
+    return config
+
+
+# -- layout ------------------------------------------------------------------------------
+def run_dir(out: str, row: str, seed: int | None) -> str:
+    """OUT/ROW for a sweep without --seeds, OUT/ROW/seed{S} with them."""
+    base = os.path.join(out, row)
+    return base if seed is None else os.path.join(base, f"seed{seed}")
+
+
+def pretrain_dir(directory: str) -> str:
+    return os.path.join(directory, PRETRAIN_DIR)
+
+
+def glue_dir(directory: str, task: str) -> str:
+    return os.path.join(directory, GLUE_DIR, task)
+
+
+def list_runs(out: str, row: str) -> list[tuple[int | None, str]]:
+    """(pretraining seed, run directory) of a row's runs, in both layouts, by seed.
+
+    A run without a seed folder reports the seed in its config.json (None when it
+    has none yet), so it pairs with seed folders of other rows by seed id.
+    """
+    base = os.path.join(out, row)
+    if not os.path.isdir(base):
+        return []
+    runs: dict[int | None, str] = {}
+    if os.path.isdir(pretrain_dir(base)) or os.path.isdir(os.path.join(base, GLUE_DIR)):
+        config = read_json(os.path.join(pretrain_dir(base), "config.json")) or {}
+        runs[config.get("seed")] = base
+    for entry in os.listdir(base):
+        match = _SEED_DIR.fullmatch(entry)
+        if match and os.path.isdir(os.path.join(base, entry)):
+            runs[int(match.group(1))] = os.path.join(base, entry)
+    return sorted(runs.items(), key=lambda item: (item[0] is None, item[0] or 0))
+
+
+def read_json(path: str) -> Any:
+    """The file's JSON, or None when it is missing or half-written."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: str, value: Any) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def row_to_json(row: grids.Row) -> dict[str, Any]:
+    return dataclasses.asdict(row)
+
+
+def row_from_json(entry: dict[str, Any]) -> grids.Row:
+    return as_row(entry, MANIFEST)
+
+
+# -- model statistics --------------------------------------------------------------------
+def parameter_counts(model: Any) -> tuple[int, int]:
+    """(parameters without the MLM head, MLM head parameters); see models/flops.py."""
+    from models.flops import parameter_counts as count  # local: settings stay cheap to read
+
+    return count(model)
+
+
+def millions(count: int) -> str:
+    """167.4M as the papers print it; small models keep three significant digits."""
+    return f"{count / 1e6:.1f}M" if count >= 1e7 else f"{count / 1e6:.3g}M"
+
+
+def flops_per_token(model: Any, seq_len: int) -> float:
+    """Forward encoder FLOPs per token at this sequence length (models/flops.py)."""
+    from models.flops import flop_count
+
+    return flop_count(model, seq_len).encoder_per_token

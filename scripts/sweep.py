@@ -1,0 +1,515 @@
+"""Runs a grid of rows as pretraining + GLUE fine-tuning, locally or as cluster scripts.
+
+  python scripts/sweep.py --grid lowrank_table2a --out runs/t2a --dry_run
+  python scripts/sweep.py --grid talking_heads_cpu --out runs/th_cpu \
+      --pretrain_args steps=2000,batch=64 --pretrain_overrides data.corpus=../shared/data/corpus \
+      --glue_tasks sst2,mrpc,rte --glue_args seeds=5 --glue_dir ../shared/data/glue \
+      --seeds 0,1,2 --parallel 2
+  python scripts/sweep.py --grid talking_heads --out gs://... --mode cluster   # scripts only
+  python scripts/sweep.py --grid_file my_grid.py --out runs/mine               # a user's grid
+  python scripts/tables.py --out runs/th_cpu --plots runs/th_cpu/plots         # the tables
+
+Every row (x every --seeds seed) is one run: `train.py` into RUN/pretrain, then
+one `eval_glue.py` per task into RUN/glue/TASK starting from that checkpoint
+(layout: configs/sweeps.py). Local mode runs --parallel runs at a time, skips
+what is finished (pretraining: final_metrics.json at the requested step; GLUE:
+results.json holding every requested learning rate and seed) and reruns the
+rest, which train.py and eval_glue.py resume by themselves. A failed step is
+reported with its log and the sweep goes on with the other runs; the exit
+status is 1 if anything failed. Cluster mode writes RUN/run.sh per run (same
+skipping, in shell) and OUT/launch_list.txt for a scheduler, and runs nothing.
+--dry_run prints every row's parameters and FLOPs per token and the commands,
+and writes nothing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from absl import app, flags, logging
+
+from configs import glue as glue_configs
+from configs import grids, sweeps
+from configs import model as model_configs
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("grid", None, f"a grid of configs/grids.py: {', '.join(sorted(grids.GRIDS))}")
+flags.DEFINE_string("grid_file", None, "a Python file defining GRID (see configs/sweeps.py)")
+flags.DEFINE_string("out", None, "root directory of the sweep's runs")
+flags.DEFINE_string("pretrain_args", "", "configs/pretrain.py args added to every row's, "
+                    "e.g. steps=2000,batch=64")
+flags.DEFINE_multi_string("pretrain_overrides", [], "FIELD=VALUE, passed to train.py as "
+                          "--config.FIELD=VALUE (repeatable), e.g. data.corpus=DIR; the runs "
+                          "start in the repository root, so relative paths are relative to it")
+flags.DEFINE_string("glue_tasks", "all", "GLUE tasks after pretraining: comma list, all or none")
+flags.DEFINE_string("glue_args", "", "configs/glue.py args, e.g. seeds=5,max_train=2000")
+flags.DEFINE_multi_string("glue_overrides", [], "FIELD=VALUE, passed to eval_glue.py as "
+                          "--config.FIELD=VALUE (repeatable)")
+flags.DEFINE_string("glue_dir", None, "GLUE TSV folder; unset: nyu-mll/glue from the hub")
+flags.DEFINE_list("seeds", [], "pretraining seeds, each in RUN=OUT/ROW/seed{S}; "
+                  "empty: the config's seed, RUN=OUT/ROW")
+flags.DEFINE_integer("parallel", 1, "local mode: runs at a time", lower_bound=1)
+flags.DEFINE_enum("mode", "local", ["local", "cluster"],
+                  "local: run here; cluster: write run scripts and a launch list only")
+flags.DEFINE_bool("dry_run", False, "print parameters, FLOPs and commands; write nothing")
+flags.DEFINE_string("jax_cache", "auto", "persistent XLA compilation cache of the runs: "
+                    "auto (OUT/jax_cache), none, or a directory")
+flags.DEFINE_string("python", sys.executable, "interpreter for train.py and eval_glue.py")
+flags.mark_flag_as_required("out")
+
+# Arguments the sweep sets itself; a user's value would silently fight it.
+_OWN_PRETRAIN_ARGS = {"row"}
+_OWN_GLUE_ARGS = {"task", "init_from", "glue_dir"}
+
+
+# -- what to run -------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The sweep's flags, so that planning is a function of values, not of FLAGS."""
+
+    out: str
+    pretrain_args: str = ""
+    pretrain_overrides: tuple[str, ...] = ()
+    glue_tasks: tuple[str, ...] = ()
+    glue_args: str = ""
+    glue_overrides: tuple[str, ...] = ()
+    glue_dir: str | None = None
+    seeds: tuple[int | None, ...] = (None,)
+    jax_cache: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One command of a run: pretraining, or fine-tuning on one GLUE task."""
+
+    label: str  # "ROW[ seed S] pretrain" / "ROW[ seed S] glue SST-2"
+    argv: tuple[str, ...]  # after the interpreter, run from the repository root
+    workdir: str
+    log: str
+    marker: str  # the file whose presence (and content) means finished
+    task: str | None = None  # the GLUE task; None for pretraining
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A row at one pretraining seed: pretraining, then its GLUE tasks in turn."""
+
+    row: grids.Row
+    seed: int | None
+    directory: str
+    num_train_steps: int  # final_metrics.json must report this step
+    glue_init_step: int  # the checkpoint step GLUE starts from (results.json's init)
+    pretrain: Step
+    glue: tuple[Step, ...]
+    learning_rates: tuple[float, ...]  # results.json must hold these and every seed
+    num_glue_seeds: int
+    model: Any  # models.ModelConfig at the config's vocabulary
+    seq_len: int  # tokens per sequence (attention FLOPs depend on it)
+    run_vocab: int  # vocabulary the run will have: the tokenizer it trains (or loads)
+
+
+def parse_seeds(values: list[str]) -> tuple[int | None, ...]:
+    try:
+        seeds = tuple(int(v) for v in values)
+    except ValueError:
+        raise ValueError(f"--seeds={','.join(values)} must be integers") from None
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds={','.join(values)} repeats a seed")
+    return seeds or (None,)
+
+
+def resolve_glue_tasks(spec: str, glue_dir: str | None) -> tuple[list[str], list[str]]:
+    """(tasks to run, tasks of 'all' left out because glue_dir lacks their files).
+
+    An explicitly named task is always run, so that missing data is an error the
+    user sees rather than a silently shorter table.
+    """
+    import glue
+
+    spec = spec.strip()
+    if spec.lower() in ("", "none"):
+        return [], []
+    if spec.lower() != "all":
+        names = [glue.get_task(name.strip()).name for name in spec.split(",") if name.strip()]
+        return list(dict.fromkeys(names)), []
+    if not glue_dir:
+        return list(glue.TASKS), []
+    present, missing = [], []
+    for task in glue.TASKS.values():
+        splits = ("train", *task.dev_splits)
+        ok = all(glue.split_path(task, glue_dir, s).exists() for s in splits)
+        (present if ok else missing).append(task.name)
+    return present, missing
+
+
+def check_user_args(arg: str, own: set[str], flag: str) -> None:
+    clash = sorted(set(model_configs.parse_arg(arg)) & own)
+    if clash:
+        raise ValueError(f"--{flag} must not set {clash}: the sweep sets it")
+
+
+def plan(rows: list[grids.Row], settings: Settings) -> list[Run]:
+    """Every run's commands, seed-major: after one pass over the rows the table is
+    complete for one seed, and further seeds add error bars. Configs are built
+    here, so a bad argument fails before anything is launched."""
+    check_user_args(settings.pretrain_args, _OWN_PRETRAIN_ARGS, "pretrain_args")
+    check_user_args(settings.glue_args, _OWN_GLUE_ARGS, "glue_args")
+    if settings.seeds != (None,):
+        check_user_args(settings.pretrain_args, {"seed"}, "pretrain_args (with --seeds)")
+    glue_config = glue_configs.get_config(settings.glue_args)
+    sweeps.apply_overrides(glue_config, list(settings.glue_overrides))
+    runs = []
+    for seed in settings.seeds:
+        for row in rows:
+            runs.append(plan_run(row, seed, settings, glue_config))
+    return runs
+
+
+def pretrain_overrides(settings: Settings) -> list[str]:
+    """The user's overrides, plus the sweep's shared data cache unless they set one."""
+    keys = {sweeps.split_override(o)[0] for o in settings.pretrain_overrides}
+    shared = [] if keys & {"data.cache_dir", "data.tokenizer"} else [
+        f"data.cache_dir={os.path.join(settings.out, sweeps.DATA_CACHE)}"]
+    return [*settings.pretrain_overrides, *shared]
+
+
+def plan_run(row: grids.Row, seed: int | None, settings: Settings, glue_config) -> Run:
+    from models import ModelConfig
+
+    arg = sweeps.join_args(sweeps.row_arg(row), settings.pretrain_args,
+                           "" if seed is None else f"seed={seed}")
+    overrides = pretrain_overrides(settings)
+    config = sweeps.pretrain_config(arg, overrides)
+    model = ModelConfig.from_config(config.model)  # one clear line for a bad combination
+    directory = sweeps.run_dir(settings.out, row.name, seed)
+    label = row.name if seed is None else f"{row.name} seed {seed}"
+    pretrain_workdir = sweeps.pretrain_dir(directory)
+    pretrain = Step(
+        label=f"{label} pretrain",
+        argv=("train.py", "--config", f"configs/pretrain.py:{arg}",
+              "--workdir", pretrain_workdir, *(f"--config.{o}" for o in overrides)),
+        workdir=pretrain_workdir,
+        log=os.path.join(pretrain_workdir, sweeps.PRETRAIN_LOG),
+        marker=os.path.join(pretrain_workdir, "final_metrics.json"),
+    )
+    glue_steps = []
+    for task in settings.glue_tasks:
+        workdir = sweeps.glue_dir(directory, task)
+        glue_arg = sweeps.join_args(f"task={task}", settings.glue_args)
+        extra = [f"--config.glue_dir={settings.glue_dir}"] if settings.glue_dir else []
+        glue_steps.append(Step(
+            label=f"{label} glue {task}",
+            argv=("eval_glue.py", "--config", f"configs/glue.py:{glue_arg}",
+                  "--workdir", workdir, f"--config.init_from={pretrain_workdir}", *extra,
+                  *(f"--config.{o}" for o in settings.glue_overrides)),
+            workdir=workdir,
+            log=os.path.join(workdir, sweeps.GLUE_LOG),
+            marker=os.path.join(workdir, "results.json"),
+            task=task,
+        ))
+    init_step = glue_config.checkpoint_step or config.num_train_steps
+    return Run(row, seed, directory, config.num_train_steps, init_step, pretrain,
+               tuple(glue_steps),
+               tuple(float(lr) for lr in glue_config.learning_rates), glue_config.num_seeds,
+               model, config.data.max_seq_length,
+               model.vocab_size if config.data.tokenizer else config.data.vocab_size)
+
+
+# -- finished? ---------------------------------------------------------------------------
+def pretrain_finished(run: Run) -> bool:
+    final = sweeps.read_json(run.pretrain.marker)
+    return bool(final) and final.get("step") == run.num_train_steps
+
+
+def glue_finished(run: Run, step: Step) -> bool:
+    """results.json holds the task with every requested learning rate and seed, and
+    comes from the requested checkpoint (the final one unless checkpoint_step is set)."""
+    results = sweeps.read_json(step.marker)
+    if not results:
+        return False
+    init = str(results.get("init", ""))
+    if not init.endswith(f"@{run.glue_init_step}"):
+        return False
+    summary = results.get("tasks", {}).get(step.task)
+    if summary is None:
+        return False
+    lrs = {float(lr) for lr in summary.get("learning_rate_means", {})}
+    seeds = set(summary.get("seeds", []))
+    return set(run.learning_rates) <= lrs and set(range(run.num_glue_seeds)) <= seeds
+
+
+# -- local mode --------------------------------------------------------------------------
+@dataclasses.dataclass
+class Outcome:
+    step: Step
+    status: str  # finished | skipped | failed | not run
+    seconds: float = 0.0
+    detail: str = ""
+
+
+class Console:
+    """Progress lines from several worker threads, one whole line at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def print(self, text: str) -> None:
+        with self._lock:
+            print(text, flush=True)
+
+
+def child_env(settings: Settings) -> dict[str, str]:
+    """The runs' environment: a shared persistent compilation cache.
+
+    Short runs spend most of their time compiling (model init alone is hundreds
+    of small XLA programs), and runs of a row differ only in seed or task, so a
+    cache shared by the sweep saves most of it. The thresholds are zeroed because
+    the default (programs over 1 s) would skip exactly those small programs.
+    """
+    env = dict(os.environ)
+    if settings.jax_cache:
+        env["JAX_COMPILATION_CACHE_DIR"] = settings.jax_cache
+        env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    return env
+
+
+def run_step(step: Step, python: str, env: dict[str, str]) -> tuple[int, float]:
+    """Runs one command with its output appended to the step's log; (exit code, seconds)."""
+    os.makedirs(step.workdir, exist_ok=True)
+    start = time.time()
+    with open(step.log, "a") as log:
+        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} "
+                  f"{shlex.join([python, *step.argv])}\n")
+        log.flush()
+        code = subprocess.run([python, *step.argv], cwd=REPO, env=env, stdout=log,
+                              stderr=subprocess.STDOUT, check=False).returncode
+    return code, time.time() - start
+
+
+def execute(run: Run, python: str, env: dict[str, str], console: Console,
+            stop: threading.Event) -> list[Outcome]:
+    """Pretraining, then each GLUE task; a failed pretraining leaves its GLUE steps unrun."""
+    outcomes: list[Outcome] = []
+    for step in (run.pretrain, *run.glue):
+        if stop.is_set():
+            outcomes.append(Outcome(step, "not run", detail="interrupted"))
+            continue
+        if step is not run.pretrain and outcomes[0].status in ("failed", "not run"):
+            outcomes.append(Outcome(step, "not run", detail="pretraining failed"))
+            continue
+        finished = pretrain_finished(run) if step is run.pretrain else glue_finished(run, step)
+        if finished:
+            console.print(f"[skip] {step.label}: finished ({step.marker})")
+            outcomes.append(Outcome(step, "skipped"))
+            continue
+        console.print(f"[run ] {step.label} (log: {step.log})")
+        code, seconds = run_step(step, python, env)
+        if code == 0:
+            console.print(f"[done] {step.label} in {seconds:.0f} s")
+            outcomes.append(Outcome(step, "finished", seconds))
+        else:
+            console.print(f"[FAIL] {step.label}: exit {code} after {seconds:.0f} s; "
+                          f"log: {step.log}")
+            outcomes.append(Outcome(step, "failed", seconds, f"exit {code}"))
+    return outcomes
+
+
+def run_local(runs: list[Run], settings: Settings, parallel: int, python: str) -> int:
+    """Runs everything; returns the number of failed steps."""
+    console, env, stop = Console(), child_env(settings), threading.Event()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=parallel)
+    futures = [pool.submit(execute, r, python, env, console, stop) for r in runs]
+    try:
+        results = [f.result() for f in futures]
+    except KeyboardInterrupt:
+        # The runs in progress got the signal too and save a checkpoint; start no more.
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        console.print("interrupted; rerun the same command to continue")
+        raise SystemExit(130) from None
+    pool.shutdown()
+    outcomes = [o for result in results for o in result]
+    counts = {s: sum(o.status == s for o in outcomes)
+              for s in ("finished", "skipped", "failed", "not run")}
+    console.print("sweep: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    bad = [o for o in outcomes if o.status in ("failed", "not run")]
+    for o in bad:
+        where = f"; log: {o.step.log}{log_tail(o.step.log)}" if o.status == "failed" else ""
+        console.print(f"  {o.status}: {o.step.label} ({o.detail}){where}")
+    return len(bad)
+
+
+def log_tail(path: str, lines: int = 3) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            last = [line.rstrip() for line in f.readlines()[-lines:]]
+    except OSError:
+        return ""
+    return "".join(f"\n      {line}" for line in last)
+
+
+# -- cluster mode ------------------------------------------------------------------------
+SCRIPT_HEADER = """\
+#!/usr/bin/env bash
+# {label}: pretraining, then GLUE. Written by scripts/sweep.py; safe to rerun:
+# finished steps are skipped, unfinished ones resume.
+set -uo pipefail
+cd {repo} || exit 1
+PYTHON=${{PYTHON:-{python}}}
+{cache}
+run() {{  # run LOG COMMAND...: output to stdout and appended to LOG
+  local log=$1; shift
+  mkdir -p "$(dirname "$log")"
+  echo "=== $(date '+%F %T') $*" >> "$log"
+  "$@" 2>&1 | tee -a "$log"
+}}
+status=0
+"""
+
+
+def run_script(run: Run, settings: Settings, python: str) -> str:
+    q = shlex.quote
+    cache = ""
+    if settings.jax_cache:
+        cache = "\n".join(f"export {k}=${{{k}:-{q(v)}}}" for k, v in (
+            ("JAX_COMPILATION_CACHE_DIR", settings.jax_cache),
+            ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0"),
+            ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")))
+    label = run.row.name if run.seed is None else f"{run.row.name} seed {run.seed}"
+    lines = [SCRIPT_HEADER.format(label=label, repo=q(REPO), python=q(python), cache=cache)]
+    for step, on_failure in ((run.pretrain, "exit 1"), *((s, "status=1") for s in run.glue)):
+        command = " ".join(q(a) for a in step.argv)
+        lines.append(f"if [ ! -f {q(step.marker)} ]; then\n"
+                     f"  run {q(step.log)} \"$PYTHON\" {command} || {on_failure}\nfi\n")
+    lines.append("exit $status\n")
+    return "".join(lines)
+
+
+def write_cluster(runs: list[Run], settings: Settings, python: str) -> str:
+    """RUN/run.sh per run and OUT/launch_list.txt; returns the list's path."""
+    paths = []
+    for run in runs:
+        path = os.path.join(run.directory, sweeps.RUN_SCRIPT)
+        os.makedirs(run.directory, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(run_script(run, settings, python))
+        os.chmod(path, 0o755)
+        paths.append(path)
+    list_path = os.path.join(settings.out, sweeps.LAUNCH_LIST)
+    with open(list_path, "w") as f:
+        f.write("".join(f"{p}\n" for p in paths))
+    return list_path
+
+
+# -- manifest and dry run ----------------------------------------------------------------
+def write_manifest(label: str, rows: list[grids.Row], settings: Settings) -> None:
+    """OUT/sweep.json: what tables.py needs to know about the rows. Rows from an
+    earlier invocation are kept, so a grid can be extended by later sweeps."""
+    path = os.path.join(settings.out, sweeps.MANIFEST)
+    old = sweeps.read_json(path) or {}
+    merged = {r["name"]: r for r in old.get("rows", [])}
+    merged.update({r.name: sweeps.row_to_json(r) for r in rows})
+    seeds = sorted({*old.get("seeds", []), *(s for s in settings.seeds if s is not None)})
+    tasks = list(dict.fromkeys([*old.get("glue_tasks", []), *settings.glue_tasks]))
+    sweeps.write_json(path, {
+        "grid": label, "rows": list(merged.values()), "seeds": seeds, "glue_tasks": tasks,
+        "pretrain_args": settings.pretrain_args,
+        "pretrain_overrides": list(settings.pretrain_overrides),
+        "glue_args": settings.glue_args, "glue_overrides": list(settings.glue_overrides),
+        "glue_dir": settings.glue_dir,
+    })
+
+
+def print_stats(runs: list[Run], settings: Settings) -> None:
+    """Parameters (at the papers' 30522 vocabulary and at the tokenizer's size this
+    run will train) and forward FLOPs per token at the run's sequence length.
+
+    Without the MLM head only the word embeddings (V x D) depend on the vocabulary,
+    which saves tracing each model twice."""
+    print("| row | L | D | heads | key | value | attention | params (vocab 30522) | paper | "
+          "params (run vocab) | GFLOPs/token fwd |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for run in runs:
+        if run.seed not in (None, settings.seeds[0]):
+            continue  # the model does not depend on the seed
+        cfg, seq_len = run.model, run.seq_len
+        at_paper, _ = sweeps.parameter_counts(cfg.replace(vocab_size=30522))
+        at_run = at_paper + (run.run_vocab - 30522) * cfg.hidden_size
+        flops = sweeps.flops_per_token(cfg, seq_len)
+        paper = f"{run.row.reported['params_m']:.0f}M" if "params_m" in run.row.reported else "-"
+        print(f"| {run.row.name} | {cfg.num_layers} | {cfg.hidden_size} | {cfg.num_heads} | "
+              f"{cfg.head_key_size} | {cfg.head_value_size} | {cfg.attention} | "
+              f"{sweeps.millions(at_paper)} | {paper} | {sweeps.millions(at_run)} "
+              f"(vocab {run.run_vocab}) | {flops / 1e9:.4g} (n={seq_len}) |")
+
+
+def print_commands(runs: list[Run], python: str) -> None:
+    for run in runs:
+        for step in (run.pretrain, *run.glue):
+            print(f"# {step.label}\n{shlex.join([python, *step.argv])}")
+
+
+# -- main --------------------------------------------------------------------------------
+def settings_from_flags() -> tuple[str, list[grids.Row], Settings, list[str]]:
+    label, rows = sweeps.load_grid(FLAGS.grid, FLAGS.grid_file)
+    out = os.path.abspath(FLAGS.out)
+    glue_dir = os.path.abspath(FLAGS.glue_dir) if FLAGS.glue_dir else None
+    tasks, left_out = resolve_glue_tasks(FLAGS.glue_tasks, glue_dir)
+    cache = {"none": None, "": None}.get(FLAGS.jax_cache, os.path.abspath(FLAGS.jax_cache))
+    if FLAGS.jax_cache == "auto":  # a cache the user's environment names wins over ours
+        cache = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
+            out, sweeps.JAX_CACHE)
+    settings = Settings(
+        out=out, pretrain_args=FLAGS.pretrain_args,
+        pretrain_overrides=tuple(map(sweeps.normalize_override, FLAGS.pretrain_overrides)),
+        glue_tasks=tuple(tasks), glue_args=FLAGS.glue_args,
+        glue_overrides=tuple(map(sweeps.normalize_override, FLAGS.glue_overrides)),
+        glue_dir=glue_dir, seeds=parse_seeds(FLAGS.seeds), jax_cache=cache)
+    return label, rows, settings, left_out
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    if FLAGS["verbosity"].present == 0:
+        logging.set_verbosity(logging.WARNING)  # JAX's backend notes are not progress
+    try:
+        label, rows, settings, left_out = settings_from_flags()
+        runs = plan(rows, settings)
+    except ValueError as e:  # bad flags, grid file or config: one line, nothing launched
+        sys.exit(f"error: {e}")
+    if left_out:
+        print(f"glue_tasks=all: {', '.join(left_out)} left out ({settings.glue_dir} "
+              f"lacks their train/dev files)")
+    steps = sum(1 + len(r.glue) for r in runs)
+    print(f"sweep {label}: {len(rows)} rows x {len(settings.seeds)} seed(s) = {len(runs)} runs, "
+          f"{steps} steps; GLUE: {', '.join(settings.glue_tasks) or 'none'}")
+    if FLAGS.dry_run:
+        print_stats(runs, settings)
+        print_commands(runs, FLAGS.python)
+        return
+    os.makedirs(settings.out, exist_ok=True)
+    write_manifest(label, rows, settings)
+    if FLAGS.mode == "cluster":
+        list_path = write_cluster(runs, settings, FLAGS.python)
+        print(f"wrote {len(runs)} run scripts, listed in {list_path}; e.g.\n"
+              f"  xargs -n 1 -P 4 bash < {list_path}        # 4 at a time here\n"
+              f"  while read s; do sbatch --gres=gpu:1 \"$s\"; done < {list_path}")
+        return
+    failed = run_local(runs, settings, FLAGS.parallel, FLAGS.python)
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,721 @@
+"""A sweep's results as tables (markdown, CSV), paired significance tests and plots.
+
+  python scripts/tables.py --out runs/th_cpu
+  python scripts/tables.py --out runs/t2a --grid lowrank_table2a --format md,csv \
+      --plots runs/t2a/plots
+
+Rows come from --grid/--grid_file, else from the sweep's OUT/sweep.json, else
+from every row folder in OUT (layout: configs/sweeps.py). Per row: parameters
+(without the MLM head, at the run's vocabulary), forward GFLOPs per token, MLM
+dev loss and accuracy (pretrain/final_metrics.json), every GLUE task's main dev
+score at the best learning rate (glue/TASK/results.json) and their average;
+each as mean ± std
+  - over pretraining seeds when the row has two or more (a seed's GLUE score is
+    its mean over fine-tuning seeds), or
+  - over fine-tuning seeds when it has one pretraining seed (MLM: no spread).
+The papers' grids get the paper's numbers beside ours.
+
+Significance. Pairs (A, B): multi_head vs each other attention at an otherwise
+equal model (e.g. talking heads at the same head count); if there is no such
+pair, every row vs a baseline (--baseline, by default the first row with the
+standard head size d/h, else the first row), e.g. each key size vs d/h; or
+--pairs A:B,... given by hand. Values are paired by seed id:
+  - pretraining seed s of A with pretraining seed s of B, when the two share at
+    least two: the same seed gives both the same batches, masks and dropout
+    stream, so their difference is not confounded by data order;
+  - otherwise (one shared pretraining seed) fine-tuning seed s with fine-tuning
+    seed s (same classifier init and example order). This measures fine-tuning
+    noise only: with one pretraining run per row, pretraining noise is invisible.
+Each test reports n, the mean difference B - A, its bootstrap 95% interval
+(resampling the seed pairs), the paired t-test p (scipy.stats.ttest_rel) and
+the Wilcoxon signed-rank p (scipy.stats.wilcoxon). --test picks the one the
+verdict uses: t by default, because with fewer than 6 pairs the exact Wilcoxon
+p cannot fall below 2/2^n (0.0625 at n=5); with many seeds and outliers prefer
+wilcoxon. A difference is called real when that p < --alpha and the interval
+excludes 0.
+
+Plots (PNG): scores vs number of heads and vs key size (error bars: std), and
+MLM loss curves per row from the TensorBoard events (mean over seeds).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+import scipy.stats
+from absl import app, flags, logging
+
+import glue
+from configs import grids, sweeps
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out", None, "the sweep's root directory (scripts/sweep.py --out)")
+flags.DEFINE_string("grid", None, f"rows of configs/grids.py: {', '.join(sorted(grids.GRIDS))}")
+flags.DEFINE_string("grid_file", None, "rows from a grid file (see configs/sweeps.py)")
+flags.DEFINE_list("format", ["md", "csv"], "files to write into --tables_dir: md, csv")
+flags.DEFINE_string("tables_dir", None, "where table.md/table.csv/significance.csv go; "
+                    "default: --out")
+flags.DEFINE_string("plots", None, "directory for PNG plots; unset: no plots")
+flags.DEFINE_list("pairs", [], "A:B row pairs to test (B - A); default: see the docstring")
+flags.DEFINE_string("baseline", None, "compare every row with this one")
+flags.DEFINE_enum("test", "t", ["t", "wilcoxon"], "the paired test behind the verdict")
+flags.DEFINE_float("alpha", 0.05, "significance level")
+flags.DEFINE_integer("bootstrap", 10_000, "bootstrap resamples of the seed pairs")
+flags.mark_flag_as_required("out")
+
+# Paper number -> (its column, the column of ours it stands beside; None: at the end).
+PAPER_COLUMNS = {"params_m": ("params (paper)", "params @30522"),
+                 "mnli": ("MNLI (paper)", "MNLI-m"),
+                 "squad_f1": ("SQuAD F1 (paper)", None)}
+PAPER_VOCAB = 30522  # the papers count parameters with BERT's vocabulary
+
+
+# -- reading runs ------------------------------------------------------------------------
+@dataclasses.dataclass
+class SeedRun:
+    """One pretraining seed of a row, with its GLUE results."""
+
+    seed: int | None
+    directory: str
+    mlm: dict[str, float]  # final_metrics.json; empty until pretraining finished
+    glue: dict[str, dict[int, float]]  # score name -> {fine-tuning seed: main dev score}
+    config: dict[str, Any] | None  # pretrain/config.json
+
+
+@dataclasses.dataclass
+class RowResult:
+    row: grids.Row
+    runs: list[SeedRun]
+    model: Any = None  # models.ModelConfig of the row (None if it cannot be built)
+    seq_len: int | None = None
+    params: int | None = None  # without the MLM head, at the run's vocabulary
+    params_paper_vocab: int | None = None
+    flops: float | None = None  # forward encoder FLOPs per token
+
+    def seeds(self) -> list[int | None]:
+        return [r.seed for r in self.runs]
+
+    def run(self, seed: int | None) -> SeedRun:
+        return next(r for r in self.runs if r.seed == seed)
+
+
+def read_glue(run_directory: str) -> dict[str, dict[int, float]]:
+    """Score name -> {fine-tuning seed: main score} from every results.json of a run.
+
+    Reads glue/TASK/results.json (the sweep's layout) and glue/results.json (one
+    eval_glue.py invocation for several tasks); a task in both keeps the newer file.
+    """
+    root = os.path.join(run_directory, sweeps.GLUE_DIR)
+    paths = [os.path.join(root, "results.json")]
+    if os.path.isdir(root):
+        paths += [os.path.join(root, d, "results.json") for d in sorted(os.listdir(root))]
+    found = [(os.path.getmtime(p), p) for p in paths if os.path.isfile(p)]
+    scores: dict[str, dict[int, float]] = {}
+    for _, path in sorted(found):
+        results = sweeps.read_json(path) or {}
+        for summary in results.get("tasks", {}).values():
+            scores.update(task_scores(summary))
+    return scores
+
+
+def task_scores(summary: dict[str, Any]) -> dict[str, dict[int, float]]:
+    """A finetune.summarize() summary -> {score name: {seed: main metric}} (MNLI: -m, -mm)."""
+    task = glue.get_task(summary["task"])
+    out = {}
+    for name in summary["main"]:
+        per_seed = summary["scores"][f"{name}/{task.main_metric}"]["per_seed"]
+        out[name] = {int(s): float(v) for s, v in zip(summary["seeds"], per_seed, strict=True)}
+    return out
+
+
+def read_row(out: str, row: grids.Row) -> RowResult:
+    runs = []
+    for seed, directory in sweeps.list_runs(out, row.name):
+        pretrain = sweeps.pretrain_dir(directory)
+        final = sweeps.read_json(os.path.join(pretrain, "final_metrics.json")) or {}
+        runs.append(SeedRun(seed, directory, {k: float(v) for k, v in final.items()},
+                            read_glue(directory),
+                            sweeps.read_json(os.path.join(pretrain, "config.json"))))
+    return RowResult(row, runs)
+
+
+def add_model_stats(result: RowResult, manifest: dict[str, Any], paper_vocab: bool) -> None:
+    """Model, parameters and FLOPs: from a run's config.json (what was trained, with
+    the tokenizer's vocabulary), else built from the row as the sweep would."""
+    from models import ModelConfig
+
+    config = next((r.config for r in result.runs if r.config), None)
+    if config is None and not result.row.overrides:
+        return  # a folder found by scanning OUT, not run yet: nothing says what it is
+    try:
+        if config is not None:
+            model = ModelConfig.from_config(config["model"])
+            seq_len = int(config["data"]["max_seq_length"])
+        else:
+            built = sweeps.pretrain_config(
+                sweeps.join_args(sweeps.row_arg(result.row), manifest.get("pretrain_args", "")),
+                list(manifest.get("pretrain_overrides", [])))
+            model = ModelConfig.from_config(built.model)
+            model = model.replace(vocab_size=built.data.vocab_size)
+            seq_len = built.data.max_seq_length
+    except (ValueError, KeyError, TypeError):  # a row folder without a usable config
+        return
+    result.model, result.seq_len = model, seq_len
+    result.params = sweeps.parameter_counts(model)[0]
+    if paper_vocab:  # without the MLM head only the word embeddings depend on the vocabulary
+        result.params_paper_vocab = (result.params
+                                     + (PAPER_VOCAB - model.vocab_size) * model.hidden_size)
+    result.flops = sweeps.flops_per_token(model, seq_len)
+
+
+def load_rows(out: str, grid: str | None,
+              grid_file: str | None) -> tuple[str, list[grids.Row], dict[str, Any]]:
+    """(label, rows, the sweep's manifest): --grid/--grid_file, else the manifest's rows,
+    else every folder of OUT that holds a run."""
+    manifest = sweeps.read_json(os.path.join(out, sweeps.MANIFEST)) or {}
+    if grid or grid_file:
+        label, rows = sweeps.load_grid(grid, grid_file)
+        return label, rows, manifest
+    if manifest.get("rows"):
+        rows = [sweeps.row_from_json(r) for r in manifest["rows"]]
+        return manifest.get("grid", out), rows, manifest
+    names = sorted(d for d in os.listdir(out) if sweeps.list_runs(out, d))
+    return out, [grids.Row(name, {}) for name in names], manifest
+
+
+# -- metrics and their values ------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    name: str  # column name
+    kind: str  # mlm | task | average
+    key: str = ""  # final_metrics.json key (mlm) or GLUE score name (task)
+    higher_is_better: bool = True
+    scale: float = 1.0
+    digits: int = 1
+
+
+MLM_METRICS = (
+    Metric("MLM loss", "mlm", "eval_loss", higher_is_better=False, digits=3),
+    Metric("MLM acc", "mlm", "eval_accuracy", scale=100.0, digits=1),
+)
+
+
+def task_order(names: set[str]) -> list[str]:
+    """The BERT paper's column order, then the rest (WNLI)."""
+    known = [n for n in glue.metrics.BERT_AVERAGE_ENTRIES if n in names]
+    return known + sorted(names - set(known))
+
+
+def build_metrics(results: list[RowResult]) -> tuple[list[Metric], list[str]]:
+    """(columns, the tasks averaged). The average covers the tasks every row with
+    GLUE results has, so that rows are compared on the same tasks; WNLI is left
+    out as in the BERT paper."""
+    per_row = [set().union(*(r.glue for r in rr.runs)) for rr in results]
+    with_glue = [tasks for tasks in per_row if tasks]
+    tasks = task_order(set().union(*with_glue)) if with_glue else []
+    common = set.intersection(*with_glue) - {"WNLI"} if with_glue else set()
+    averaged = task_order(common)
+    metrics = [*MLM_METRICS, *(Metric(t, "task", t) for t in tasks)]
+    if len(averaged) > 1:
+        full = set(glue.metrics.BERT_AVERAGE_ENTRIES) <= common
+        metrics.append(Metric("GLUE avg" if full else f"Avg ({len(averaged)} tasks)", "average"))
+    return metrics, averaged
+
+
+def average(scores: dict[str, float], tasks: list[str]) -> float:
+    if set(glue.metrics.BERT_AVERAGE_ENTRIES) <= set(tasks):
+        return glue.glue_average(scores)
+    return float(np.mean([scores[t] for t in tasks]))
+
+
+def pretrain_value(run: SeedRun, metric: Metric, averaged: list[str]) -> float | None:
+    """The run's number: MLM as is, GLUE as the mean over fine-tuning seeds."""
+    if metric.kind == "mlm":
+        value = run.mlm.get(metric.key)
+        return None if value is None else value * metric.scale
+    if metric.kind == "task":
+        scores = run.glue.get(metric.key)
+        return float(np.mean(list(scores.values()))) if scores else None
+    if not all(run.glue.get(t) for t in averaged):
+        return None
+    return average({t: float(np.mean(list(run.glue[t].values()))) for t in averaged}, averaged)
+
+
+def finetune_values(run: SeedRun, metric: Metric, averaged: list[str]) -> dict[int, float]:
+    """{fine-tuning seed: score}; the average only over seeds every averaged task has."""
+    if metric.kind == "task":
+        return dict(run.glue.get(metric.key, {}))
+    if metric.kind == "average" and all(run.glue.get(t) for t in averaged):
+        seeds = set.intersection(*(set(run.glue[t]) for t in averaged))
+        return {s: average({t: run.glue[t][s] for t in averaged}, averaged)
+                for s in sorted(seeds)}
+    return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stat:
+    values: tuple[float, ...]
+    over: str  # "pretraining seeds" | "fine-tuning seeds"
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values)) if self.values else float("nan")
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.values, ddof=1)) if self.n > 1 else float("nan")
+
+
+def row_stat(result: RowResult, metric: Metric, averaged: list[str]) -> Stat:
+    """Spread over pretraining seeds if there are two, else over fine-tuning seeds."""
+    values = [(r, pretrain_value(r, metric, averaged)) for r in result.runs]
+    values = [(r, v) for r, v in values if v is not None]
+    if len(values) == 1 and metric.kind != "mlm":
+        scores = finetune_values(values[0][0], metric, averaged)
+        if len(scores) > 1:
+            return Stat(tuple(scores.values()), "fine-tuning seeds")
+    return Stat(tuple(v for _, v in values), "pretraining seeds")
+
+
+@dataclasses.dataclass
+class Table:
+    """Everything the outputs are made from."""
+
+    label: str
+    results: list[RowResult]
+    metrics: list[Metric]
+    averaged: list[str]  # the tasks the average column covers
+
+    def stat(self, result: RowResult, metric: Metric) -> Stat:
+        return row_stat(result, metric, self.averaged)
+
+
+# -- paired tests ------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class PairedTest:
+    metric: Metric
+    a: str
+    b: str
+    over: str
+    seeds: tuple[int | None, ...]
+    values_a: tuple[float, ...]
+    values_b: tuple[float, ...]
+    p_t: float
+    p_wilcoxon: float
+    ci: tuple[float, float]
+
+    @property
+    def diff(self) -> float:
+        return float(np.mean(np.subtract(self.values_b, self.values_a)))
+
+    def p(self, test: str) -> float:
+        return self.p_t if test == "t" else self.p_wilcoxon
+
+    def verdict(self, test: str, alpha: float) -> str:
+        p, (lo, hi) = self.p(test), self.ci
+        if not (p < alpha and (lo > 0 or hi < 0)):
+            return "no clear difference"
+        return f"{self.b if (self.diff > 0) == self.metric.higher_is_better else self.a} better"
+
+
+def paired_values(a: RowResult, b: RowResult, metric: Metric, averaged: list[str]
+                  ) -> tuple[str, list[Any], list[float], list[float]]:
+    """(what is paired, seed ids, A's values, B's values), paired by seed id."""
+    common = [s for s in a.seeds() if s in b.seeds()]
+    by_pretrain = [(s, pretrain_value(a.run(s), metric, averaged),
+                    pretrain_value(b.run(s), metric, averaged)) for s in common]
+    by_pretrain = [x for x in by_pretrain if x[1] is not None and x[2] is not None]
+    if len(by_pretrain) >= 2 or metric.kind == "mlm" or not by_pretrain:
+        seeds, va, vb = zip(*by_pretrain, strict=True) if by_pretrain else ((), (), ())
+        return "pretraining seeds", list(seeds), list(va), list(vb)
+    seed = by_pretrain[0][0]
+    fa = finetune_values(a.run(seed), metric, averaged)
+    fb = finetune_values(b.run(seed), metric, averaged)
+    ids = sorted(set(fa) & set(fb))
+    return (f"fine-tuning seeds (pretraining seed {seed})", ids, [fa[i] for i in ids],
+            [fb[i] for i in ids])
+
+
+def paired_test(metric: Metric, a: str, b: str, over: str, seeds: list[Any],
+                va: list[float], vb: list[float], resamples: int) -> PairedTest:
+    """Paired t and Wilcoxon p-values and a bootstrap 95% interval of mean(B - A)."""
+    xa, xb = np.asarray(va, float), np.asarray(vb, float)
+    d = xb - xa
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # constant differences: scipy warns and returns nan
+        p_t = float(scipy.stats.ttest_rel(xb, xa).pvalue)
+        try:
+            p_w = float(scipy.stats.wilcoxon(xb, xa).pvalue) if np.any(d != 0) else float("nan")
+        except ValueError:
+            p_w = float("nan")
+    rng = np.random.default_rng(0)  # fixed: the same table on every call
+    means = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return PairedTest(metric, a, b, over, tuple(seeds), tuple(va), tuple(vb), p_t, p_w,
+                      (float(lo), float(hi)))
+
+
+def default_pairs(results: list[RowResult], baseline: str | None) -> list[tuple[str, str]]:
+    """multi_head vs the other attentions at an otherwise equal model; else all vs a baseline."""
+    known = [r for r in results if r.model is not None]
+    if baseline is None:
+        groups: dict[str, list[RowResult]] = {}
+        for r in known:
+            shape = {k: v for k, v in r.model.to_dict().items()
+                     if k not in ("attention", "talking_heads", "size", "vocab_size")}
+            groups.setdefault(json.dumps(shape, sort_keys=True), []).append(r)
+        pairs = [(mh.row.name, other.row.name) for group in groups.values()
+                 for mh in group if mh.model.attention == "multi_head"
+                 for other in group if other.model.attention != "multi_head"]
+        if pairs:
+            return pairs
+        standard = [r for r in known if r.model.head_key_size == r.model.head_value_size
+                    == r.model.hidden_size // r.model.num_heads]
+        baseline = (standard or known or results)[0].row.name
+    return [(baseline, r.row.name) for r in results if r.row.name != baseline]
+
+
+def parse_pairs(specs: list[str], names: set[str]) -> list[tuple[str, str]]:
+    pairs = []
+    for spec in specs:
+        a, sep, b = spec.partition(":")
+        if not sep or a not in names or b not in names:
+            raise ValueError(f"--pairs {spec!r}: use A:B with rows of the table ({sorted(names)})")
+        pairs.append((a, b))
+    return pairs
+
+
+def run_tests(table: Table, pairs: list[tuple[str, str]], resamples: int) -> list[PairedTest]:
+    by_name = {r.row.name: r for r in table.results}
+    tests = []
+    for a, b in pairs:
+        for metric in table.metrics:
+            over, seeds, va, vb = paired_values(by_name[a], by_name[b], metric, table.averaged)
+            if len(seeds) >= 2:
+                tests.append(paired_test(metric, a, b, over, seeds, va, vb, resamples))
+    return tests
+
+
+# -- tables ------------------------------------------------------------------------------
+def cell(stat: Stat, digits: int) -> str:
+    if stat.n == 0:
+        return "-"
+    if stat.n == 1:
+        return f"{stat.mean:.{digits}f}"
+    return f"{stat.mean:.{digits}f} ± {stat.std:.{digits}f}"
+
+
+def paper_keys(results: list[RowResult]) -> list[str]:
+    keys = dict.fromkeys(k for r in results for k in r.row.reported)
+    return list(keys)
+
+
+def describe(result: RowResult) -> dict[str, str]:
+    m = result.model
+    if m is None:
+        return dict.fromkeys(("attention", "heads", "key", "value", "GFLOPs/token", "params"),
+                             "-")
+    return {"attention": m.attention, "heads": str(m.num_heads), "key": str(m.head_key_size),
+            "value": str(m.head_value_size), "GFLOPs/token": f"{result.flops / 1e9:.4g}",
+            "params": sweeps.millions(result.params)}
+
+
+
+def seeds_cell(result: RowResult) -> str:
+    pretrain = sum(1 for r in result.runs if r.mlm or r.glue)
+    finetune = max((len(s) for r in result.runs for s in r.glue.values()), default=0)
+    return f"{pretrain}×{finetune}" if finetune else str(pretrain)
+
+
+def markdown_table(table: Table) -> str:
+    """Our columns, with each paper number beside the column it corresponds to."""
+    papers = paper_keys(table.results)
+    lines = []
+    for r in table.results:
+        cells = {"row": r.row.name, **describe(r)}
+        if "params_m" in papers:
+            cells["params @30522"] = (sweeps.millions(r.params_paper_vocab)
+                                      if r.params_paper_vocab else "-")
+        cells["seeds (pt×ft)"] = seeds_cell(r)
+        cells |= {m.name: cell(table.stat(r, m), m.digits) for m in table.metrics}
+        columns = list(cells)
+        for key in papers:
+            name, anchor = PAPER_COLUMNS.get(key, (f"{key} (paper)", None))
+            columns.insert(columns.index(anchor) + 1 if anchor in columns else len(columns), name)
+            cells[name] = paper_value(r.row.reported.get(key), key)
+        if not lines:
+            lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines.append("| " + " | ".join(cells[c] for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def paper_value(value: float | None, key: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}M" if key == "params_m" else f"{value:g}"
+
+
+def csv_table(table: Table) -> str:
+    results, metrics = table.results, table.metrics
+    papers = paper_keys(results)
+    header = ["row", "attention", "num_heads", "key_size", "value_size", "params",
+              "params_vocab30522", "gflops_per_token", "seq_len", "pretrain_seeds"]
+    for m in metrics:
+        header += [f"{m.name} mean", f"{m.name} std", f"{m.name} n", f"{m.name} over"]
+    header += [f"paper {k}" for k in papers]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    for r in results:
+        m = r.model
+        row = [r.row.name, m.attention if m else "", m.num_heads if m else "",
+               m.head_key_size if m else "", m.head_value_size if m else "",
+               r.params or "", r.params_paper_vocab or "",
+               "" if r.flops is None else r.flops / 1e9, r.seq_len or "",
+               " ".join(str(s) for s in r.seeds())]
+        for metric in metrics:
+            stat = table.stat(r, metric)
+            row += ["" if stat.n == 0 else stat.mean, "" if stat.n < 2 else stat.std, stat.n,
+                    stat.over if stat.n else ""]
+        row += [r.row.reported.get(k, "") for k in papers]
+        writer.writerow(row)
+    return buffer.getvalue()
+
+
+def fmt_p(p: float) -> str:
+    if np.isnan(p):
+        return "-"  # no variation in the differences: nothing to test
+    return "<1e-4" if p < 1e-4 else f"{p:.3g}"
+
+
+def significance_markdown(tests: list[PairedTest], test: str, alpha: float) -> str:
+    header = ["metric", "A", "B", "paired over", "n", "mean A", "mean B", "B − A",
+              "95% CI (bootstrap)", "p (paired t)", "p (Wilcoxon)", "verdict"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for t in tests:
+        d = t.metric.digits + 1
+        lines.append("| " + " | ".join([
+            t.metric.name, t.a, t.b, t.over, str(len(t.seeds)),
+            f"{np.mean(t.values_a):.{d}f}", f"{np.mean(t.values_b):.{d}f}",
+            f"{t.diff:+.{d}f}", f"[{t.ci[0]:+.{d}f}, {t.ci[1]:+.{d}f}]",
+            fmt_p(t.p_t), fmt_p(t.p_wilcoxon), t.verdict(test, alpha)]) + " |")
+    return "\n".join(lines)
+
+
+def significance_csv(tests: list[PairedTest], test: str, alpha: float) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["metric", "a", "b", "paired_over", "seeds", "values_a", "values_b",
+                     "mean_diff_b_minus_a", "ci_low", "ci_high", "p_ttest_rel", "p_wilcoxon",
+                     "verdict"])
+    for t in tests:
+        writer.writerow([t.metric.name, t.a, t.b, t.over, " ".join(map(str, t.seeds)),
+                         " ".join(map(repr, t.values_a)), " ".join(map(repr, t.values_b)),
+                         t.diff, t.ci[0], t.ci[1], t.p_t, t.p_wilcoxon, t.verdict(test, alpha)])
+    return buffer.getvalue()
+
+
+def notes(results: list[RowResult], averaged: list[str], test: str, alpha: float) -> str:
+    lines = [
+        "Parameters without the MLM head at the run's vocabulary; GFLOPs: forward encoder "
+        "per token at the run's sequence length. GLUE: main dev score at the best learning "
+        "rate. ± is the std over pretraining seeds (a seed's GLUE score is its mean over "
+        "fine-tuning seeds), or over fine-tuning seeds for rows with one pretraining seed; "
+        "seeds (pt×ft) counts both.",
+    ]
+    if len(averaged) > 1:
+        lines.append(f"Average over {', '.join(averaged)} (the tasks every row has; no WNLI).")
+    if any(r.row.reported for r in results):
+        lines.append("(paper): the numbers the paper reports for the row (its SQuAD F1 is "
+                     "not run here); its parameter counts use vocabulary 30522.")
+    lines.append(f"Significance: paired by seed id; verdict by the "
+                 f"{'paired t-test' if test == 't' else 'Wilcoxon test'} at alpha={alpha} "
+                 "together with the bootstrap interval (see scripts/tables.py).")
+    return "\n\n".join(lines)
+
+
+# -- plots -------------------------------------------------------------------------------
+def plot_scores(table: Table, x_name: str, path: str) -> bool:
+    """Score vs x (num_heads or key size), one line per group of otherwise equal rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def x_and_group(r: RowResult) -> tuple[int, str]:
+        m = r.model
+        if x_name == "heads":
+            default = m.head_key_size == m.hidden_size // m.num_heads
+            return m.num_heads, f"{m.attention}, key {'d/h' if default else m.head_key_size}"
+        return m.head_key_size, f"{m.attention}, {m.num_heads} heads, value {m.head_value_size}"
+
+    shown = [m for m in table.metrics if any(table.stat(r, m).n for r in table.results)]
+    lines: dict[str, list[tuple[int, RowResult]]] = {}
+    for r in table.results:
+        if r.model is not None:
+            x, group = x_and_group(r)
+            lines.setdefault(group, []).append((x, r))
+    # A group with one x (e.g. the fixed head size row among key sizes) shows as a point.
+    if not shown or all(len({x for x, _ in pts}) < 2 for pts in lines.values()):
+        return False
+    columns = min(4, len(shown))
+    rows = -(-len(shown) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.4 * rows), squeeze=False)
+    for ax in axes.flat[len(shown):]:
+        ax.set_visible(False)
+    xs = sorted({x for points in lines.values() for x, _ in points})
+    for ax, metric in zip(axes.flat, shown, strict=False):
+        for group, points in lines.items():
+            stats = sorted(((x, table.stat(r, metric)) for x, r in points),
+                           key=lambda item: item[0])
+            stats = [(x, s) for x, s in stats if s.n]
+            if stats:
+                ax.errorbar([x for x, _ in stats], [s.mean for _, s in stats],
+                            yerr=[0.0 if s.n < 2 else s.std for _, s in stats],
+                            marker="o", capsize=3, label=group)
+        ax.set_xscale("log", base=2)  # heads and key sizes double from row to row
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.minorticks_off()
+        ax.set_xlabel("heads" if x_name == "heads" else "key size per head")
+        ax.set_title(metric.name)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def scalar_curve(logdir: str, tag: str) -> dict[int, float]:
+    """{step: value} of a TensorBoard scalar; a resumed run's later value wins."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(logdir, size_guidance={"scalars": 0})
+    events.Reload()
+    if tag not in events.Tags().get("scalars", []):
+        return {}
+    return {e.step: e.value for e in events.Scalars(tag)}
+
+
+def plot_loss_curves(results: list[RowResult], path: str) -> bool:
+    """MLM train and eval loss vs step per row, the mean over its pretraining seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    drawn = False
+    for r in results:
+        for ax, tag in zip(axes, ("loss", "eval_loss"), strict=True):
+            curves = [scalar_curve(sweeps.pretrain_dir(run.directory), tag) for run in r.runs]
+            curves = [c for c in curves if c]
+            if not curves:
+                continue
+            steps = sorted(set.intersection(*(set(c) for c in curves)))
+            ax.plot(steps, [np.mean([c[s] for c in curves]) for s in steps],
+                    marker="." if len(steps) < 30 else None, label=r.row.name)
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return False
+    for ax, title in zip(axes, ("MLM train loss", "MLM eval loss"), strict=True):
+        ax.set_xlabel("step")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_plots(table: Table, directory: str) -> list[str]:
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    for name, draw in (
+        ("score_vs_heads.png", lambda p: plot_scores(table, "heads", p)),
+        ("score_vs_key_size.png", lambda p: plot_scores(table, "key", p)),
+        ("mlm_loss_curves.png", lambda p: plot_loss_curves(table.results, p)),
+    ):
+        path = os.path.join(directory, name)
+        if draw(path):
+            written.append(path)
+    return written
+
+
+# -- main --------------------------------------------------------------------------------
+def collect(out: str, grid: str | None = None, grid_file: str | None = None) -> Table:
+    """Reads every row's runs and builds its model statistics."""
+    label, rows, manifest = load_rows(out, grid, grid_file)
+    results = [read_row(out, row) for row in rows]
+    paper_vocab = any("params_m" in row.reported for row in rows)
+    for result in results:
+        add_model_stats(result, manifest, paper_vocab)
+    metrics, averaged = build_metrics(results)
+    return Table(label, results, metrics, averaged)
+
+
+def render(table: Table, pairs: list[tuple[str, str]], test: str, alpha: float,
+           resamples: int) -> tuple[str, str, str]:
+    """(markdown with both tables and the notes, results CSV, significance CSV)."""
+    tests = run_tests(table, pairs, resamples)
+    significance = (significance_markdown(tests, test, alpha) if tests else
+                    "No pair of rows shares two or more seeds yet; run more seeds "
+                    "(scripts/sweep.py --seeds, or configs/glue.py seeds=) to test differences.")
+    markdown = (f"# {table.label}\n\n{markdown_table(table)}\n\n"
+                f"## Paired differences (B − A)\n\n{significance}\n\n"
+                f"{notes(table.results, table.averaged, test, alpha)}\n")
+    return markdown, csv_table(table), significance_csv(tests, test, alpha)
+
+
+def write(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    if FLAGS["verbosity"].present == 0:
+        logging.set_verbosity(logging.WARNING)  # JAX's backend notes are not results
+    out = FLAGS.out
+    formats = set(FLAGS.format)
+    try:
+        if not os.path.isdir(out):
+            raise ValueError(f"--out={out}: no such directory")
+        if formats - {"md", "csv"}:
+            raise ValueError(f"--format={','.join(FLAGS.format)}: use md and/or csv")
+        table = collect(out, FLAGS.grid, FLAGS.grid_file)
+        names = {r.row.name for r in table.results}
+        if FLAGS.baseline and FLAGS.baseline not in names:
+            raise ValueError(f"--baseline={FLAGS.baseline} is not a row ({sorted(names)})")
+        pairs = parse_pairs(FLAGS.pairs, names) or default_pairs(table.results, FLAGS.baseline)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    markdown, results_csv, significance_csv_text = render(
+        table, pairs, FLAGS.test, FLAGS.alpha, FLAGS.bootstrap)
+    print(markdown)
+    directory = FLAGS.tables_dir or out
+    if "md" in formats:
+        write(os.path.join(directory, "table.md"), markdown)
+    if "csv" in formats:
+        write(os.path.join(directory, "table.csv"), results_csv)
+        write(os.path.join(directory, "significance.csv"), significance_csv_text)
+    if FLAGS.plots:
+        for path in write_plots(table, FLAGS.plots):
+            print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    app.run(main)
