@@ -27,10 +27,12 @@ def main(argv: list[str]) -> None:
     del argv
     if FLAGS["verbosity"].present == 0:
         logging.set_verbosity(logging.WARNING)  # keep the console to our progress lines
-    from training.finetune import run
+    from training.finetune import Preempted, run
 
     try:
         run(FLAGS.config, FLAGS.workdir)
+    except Preempted as e:
+        print(e, flush=True)  # a clean stop: the rerun continues from the checkpoint
     except (ValueError, RuntimeError, OSError) as e:
         logging.error("%s: %s", type(e).__name__, e)
         print(f"error: {e}", file=sys.stderr)

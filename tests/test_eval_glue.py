@@ -92,3 +92,38 @@ def test_workdir_of_a_different_checkpoint_is_refused(pretrained_workdir, tmp_pa
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir))
     with pytest.raises(ValueError, match="different setup"):
         finetune.run(config, str(workdir))
+
+
+def test_preempted_fine_tuning_resumes_to_the_same_result(pretrained_workdir, tmp_path,
+                                                          monkeypatch):
+    import glue
+    from training import preemption
+
+    glue_dir = tmp_path / "glue"
+    write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(2))
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
+                         max_train_examples=96, log_every_steps=1, dropout_rate=0.1)
+    pretrained = finetune.load_pretrained(config)
+    task = glue.get_task("sst2")
+    data = finetune.load_task_data(task, config, pretrained.tokenizer)
+    straight = finetune.finetune_run(task, pretrained, data, 2e-3, 0, config,
+                                     str(tmp_path / "straight"))
+
+    calls = {"n": 0}
+
+    def stop_at_step_7(self):
+        calls["n"] += 1
+        self.signal_name = "SIGTERM"
+        return calls["n"] == 7
+
+    monkeypatch.setattr(preemption.PreemptionFlag, "requested", stop_at_step_7)
+    run_dir = tmp_path / "resumed"
+    with pytest.raises(finetune.Preempted, match="at step 7"):
+        finetune.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
+    assert not (run_dir / "result.json").exists()
+    monkeypatch.undo()
+    resumed = finetune.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
+    assert resumed["steps"] == straight["steps"] == 18  # 96 / 16 per epoch, 3 epochs
+    assert resumed["dev"] == straight["dev"]
+    assert resumed["final_train_loss"] == pytest.approx(straight["final_train_loss"], abs=1e-6)
+    assert not (run_dir / "checkpoints").exists()

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 from typing import Any
 
 import flax
@@ -30,9 +31,14 @@ from models import BertForSequenceClassification, BertModel, ModelConfig
 from models.hf_import import CheckpointError
 from training import checkpoints, metrics
 from training.optimizer import decay_mask
+from training.preemption import PreemptionFlag
 from training.pretrain import write_json_atomic
 
 ALL_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
+
+
+class Preempted(Exception):
+    """SIGTERM/SIGINT arrived; the current run was checkpointed."""
 
 
 @dataclasses.dataclass
@@ -212,26 +218,47 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
     params, opt_state = jax.device_put((params, optimizer.init(params)), jax.devices()[0])
     train_step, predict = make_steps(model, task, optimizer)
 
+    # A preempted run left a checkpoint: continue from its step (same batches, same
+    # dropout keys, since both are functions of (seed, step)).
+    checkpointer = checkpoints.Checkpointer(os.path.join(run_dir, "checkpoints"), keep_last=1)
+    start = 0
+    if checkpointer.latest_step() is not None:
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                               sharding=x.sharding),
+                                {"params": params, "opt_state": opt_state})
+        state, _, start = checkpointer.restore(abstract)
+        params, opt_state = state["params"], state["opt_state"]
     writer = metrics.MetricWriter(run_dir)
     step = 0
     dropout_key = jax.random.key(seed + 1)
     losses = []
-    for epoch in range(math.ceil(config.num_epochs)):
-        order = np.random.default_rng([seed, epoch]).permutation(num_train)
-        for batch in batches(train, order, config.batch_size):
-            if step >= total_steps:
-                break
-            lr = learning_rate * float(shape(step))
-            params, opt_state, loss = train_step(params, opt_state, batch,
-                                                 jax.random.fold_in(dropout_key, step), lr)
-            step += 1
-            if step % config.log_every_steps == 0 or step == total_steps:
-                loss = float(loss)
-                if not math.isfinite(loss):
-                    raise RuntimeError(f"{task.name} lr={learning_rate} seed={seed}: "
-                                       f"non-finite loss at step {step}")
-                losses.append(loss)
-                writer.scalars(step, {"train_loss": loss, "learning_rate": lr})
+    with PreemptionFlag() as preemption:
+        for epoch in range(math.ceil(config.num_epochs)):
+            order = np.random.default_rng([seed, epoch]).permutation(num_train)
+            for batch in batches(train, order, config.batch_size):
+                if step >= total_steps:
+                    break
+                if step < start:
+                    step += 1
+                    continue
+                lr = learning_rate * float(shape(step))
+                params, opt_state, loss = train_step(params, opt_state, batch,
+                                                     jax.random.fold_in(dropout_key, step), lr)
+                step += 1
+                if step % config.log_every_steps == 0 or step == total_steps:
+                    loss = float(loss)
+                    if not math.isfinite(loss):
+                        raise RuntimeError(f"{task.name} lr={learning_rate} seed={seed}: "
+                                           f"non-finite loss at step {step}")
+                    losses.append(loss)
+                    writer.scalars(step, {"train_loss": loss, "learning_rate": lr})
+                if preemption.requested():
+                    checkpointer.save(step, {"params": params, "opt_state": opt_state},
+                                      {"task": task.name, "lr": learning_rate, "seed": seed})
+                    writer.close()
+                    raise Preempted(f"{preemption.signal_name}: saved {task.name} "
+                                    f"lr={learning_rate:g} seed={seed} at step {step}; rerun "
+                                    f"the same command to continue")
     dev = {}
     for split in task.dev_splits:
         predictions = predict_split(predict, params, data[split], config.eval_batch_size)
@@ -242,12 +269,15 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
         if split in data:
             np.save(os.path.join(run_dir, f"{split}_predictions.npy"),
                     predict_split(predict, params, data[split], config.eval_batch_size))
+    checkpointer.close()
     result = {
         "task": task.name, "learning_rate": learning_rate, "seed": seed, "steps": step,
         "dev": dev, "main": float(np.mean([glue.main_score(task, m) for m in dev.values()])),
         "final_train_loss": losses[-1] if losses else None,
     }
     write_json_atomic(result_path, result)
+    # Finished: the result is final, the mid-run checkpoint is no longer needed.
+    shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
     return result
 
 
