@@ -26,8 +26,10 @@ and TPU `device_peak_bytes` is memory_stats()['peak_bytes_in_use'] and on CPU
 `process_peak_rss_bytes` is the process high-water mark; both of those are
 process-wide peaks, monotone over the entries of one run.
 
-MFU: the analytic train-step FLOPs of models/flops.py divided by the step time
-and by the peak of training/hardware.py (on CPU: a measured fp32 matmul rate).
+MFU: the analytic train-step FLOPs of models/flops.py divided by the median step
+time and by the peak of training/hardware.py. On CPU that peak is hardware.py's
+measured fp32 matmul rate, taken once per round between the steps (median), so
+that on a shared machine numerator and denominator see the same load.
 """
 
 from __future__ import annotations
@@ -400,13 +402,28 @@ def compile_and_warm(entry: Entry, warmup: int, device: jax.Device) -> None:
              f"{entry.info['first_step_s']:.2f}s")
 
 
-def time_round_robin(entries: list[Entry], steps_per_entry: int) -> None:
-    """Each round runs one step of every entry, so slow spells of a shared machine are shared."""
+def measure_cpu_peak() -> float:
+    """hardware.py's matmul measurement (best of 3 fp32 2048^3), uncached: the load changes."""
+    return hardware.measured_matmul_flops.__wrapped__(2048, 3)
+
+
+def time_round_robin(entries: list[Entry], steps_per_entry: int,
+                     measure_peak: Callable[[], float] | None = None) -> list[float]:
+    """Each round runs one step of every entry, so slow spells of a shared machine are shared.
+
+    `measure_peak` (CPU) is called once per round too: the MFU denominator then sees
+    the same machine load as the steps. Returns its values.
+    """
+    peaks = []
     for round_index in range(steps_per_entry):
         for entry in entries:
             entry.times.append(run_step(entry))
+        if measure_peak is not None:
+            peaks.append(measure_peak())
         progress(f"round {round_index + 1}/{steps_per_entry}: "
-                 + ", ".join(f"{e.name} {e.times[-1]:.3f}s" for e in entries))
+                 + ", ".join(f"{e.name} {e.times[-1]:.3f}s" for e in entries)
+                 + (f", matmul {peaks[-1] / 1e9:.1f} GFLOP/s" if peaks else ""))
+    return peaks
 
 
 def summarize(entries: list[Entry], shapes: Shapes, peak: float) -> list[dict[str, Any]]:
@@ -444,7 +461,9 @@ def markdown_table(result: dict[str, Any]) -> str:
         f"batch {result['batch']} x seq_len {result['seq_len']}, "
         f"{result['steps']} timed steps after {result['warmup']} warm-up, device "
         f"{result['device']}, peak {result['peak_flops_per_s'] / 1e9:.1f} GFLOP/s "
-        f"({result['peak_flops_source']})",
+        f"({result['peak_flops_source']}); 1-min load average "
+        f"{result['load_average_1min']['start']:.1f} at start, "
+        f"{result['load_average_1min']['end']:.1f} at end",
         "",
         "| entry | MLM positions | median step (s) | min-max (s) | tokens/s | step time vs "
         "first (paired) | throughput vs first | GFLOP/step | GFLOP/s | MFU | XLA plan (GiB) |",
@@ -481,6 +500,7 @@ def benchmark(config: str, compare: list[str], batch: int | None, seq_len: int |
         raise BenchmarkError("every entry needs the same model.vocab_size (one synthetic batch)")
     data = synthetic_batch(shapes, model_cfgs[0].vocab_size, seed)
     device = jax.devices()[0]
+    load_before = os.getloadavg()  # other processes' CPU demand shows in the times
 
     entries = []
     names = ["ours"] + [f"ours[{extra}]" for extra in compare]
@@ -494,13 +514,14 @@ def benchmark(config: str, compare: list[str], batch: int | None, seq_len: int |
 
     for entry in entries:
         compile_and_warm(entry, warmup, device)
-    time_round_robin(entries, num_steps)
+    measure_peak = measure_cpu_peak if not peak_flops and device.platform == "cpu" else None
+    peaks = time_round_robin(entries, num_steps, measure_peak)
 
     if peak_flops:
         peak, source = peak_flops, "--peak_flops"
-    elif device.platform == "cpu":
-        # Measured after the timing, with the same machine load, on this process's device.
-        peak, source = hardware.measured_matmul_flops(), "measured 2048^3 fp32 matmul"
+    elif peaks:
+        peak = statistics.median(peaks)
+        source = "median over rounds of a measured 2048^3 fp32 matmul, same load as the steps"
     else:
         peak, source = hardware.peak_flops_per_device(device), f"{device.device_kind} bf16 peak"
     result: dict[str, Any] = {
@@ -508,6 +529,8 @@ def benchmark(config: str, compare: list[str], batch: int | None, seq_len: int |
         "tokens_per_step": shapes.tokens, "steps": num_steps, "warmup": warmup,
         "device": f"{device.platform}:{device.device_kind}", "cpu_count": os.cpu_count(),
         "jax": jax.__version__, "peak_flops_per_s": peak, "peak_flops_source": source,
+        "peak_flops_per_round": peaks,
+        "load_average_1min": {"start": load_before[0], "end": os.getloadavg()[0]},
         "process_peak_rss_bytes": process_peak_rss_bytes(),
         "device_peak_bytes": device_peak_bytes(device),
         "entries": summarize(entries, shapes, peak),
@@ -518,6 +541,11 @@ def benchmark(config: str, compare: list[str], batch: int | None, seq_len: int |
         # Ours / HF throughput, same shapes, same run (> 1: ours is faster).
         result["vs_hf"] = {
             name: hf["step_time_median_s"] / r["step_time_median_s"]
+            for name, r in by_name.items() if name != "hf_flax_bert"}
+        # The same ratio round by round (median): robust to load that drifts during the run.
+        result["vs_hf_paired"] = {
+            name: statistics.median(h / t for h, t in zip(hf["step_times_s"], r["step_times_s"],
+                                                            strict=True))
             for name, r in by_name.items() if name != "hf_flax_bert"}
     return result
 
@@ -535,7 +563,8 @@ def main(argv: list[str]) -> None:
     table = markdown_table(result)
     print(table)
     for name, ratio in result.get("vs_hf", {}).items():
-        print(f"{name} vs hf_flax_bert: {ratio:.3f}x throughput")
+        print(f"{name} vs hf_flax_bert: {ratio:.3f}x throughput "
+              f"(paired per round: {result['vs_hf_paired'][name]:.3f}x)")
     if FLAGS.markdown:
         with open(FLAGS.markdown, "w") as f:
             f.write(table + "\n")

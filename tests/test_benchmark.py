@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import jax
 import pytest
 
 from configs import pretrain
@@ -12,9 +13,16 @@ from models import ModelConfig
 from models.flops import flop_count
 from scripts import benchmark
 
-# One layer, width 32, a 128-word vocabulary: compiles in seconds on CPU.
-CONFIG = "configs/pretrain.py:size=micro,vocab=128"
+# One layer, width 32, a 128-word vocabulary and no dropout (its RNG doubles the compile
+# time): each entry compiles in a few seconds on CPU, which is most of this file's time.
+ARGS = "size=micro,vocab=128,dropout=0,attention_dropout=0"
+CONFIG = f"configs/pretrain.py:{ARGS}"
 BATCH, SEQ_LEN, PREDICTIONS = 2, 16, 3
+SHAPES = benchmark.Shapes(BATCH, SEQ_LEN, PREDICTIONS)
+
+
+def model_config(extra: str = "") -> ModelConfig:
+    return ModelConfig.from_config(pretrain.get_config(",".join(filter(None, (ARGS, extra)))).model)
 
 
 @pytest.fixture
@@ -38,9 +46,8 @@ def run_main(tmp_path):
 
 
 def test_main_writes_finite_results_and_flops_from_models_flops(run_main, tmp_path):
-    result = run_main("--compare=attention=talking_heads", "--dense_mlm")
-    assert [e["name"] for e in result["entries"]] == [
-        "ours", "ours[attention=talking_heads]", "ours_dense_mlm"]
+    result = run_main("--compare=attention=talking_heads")
+    assert [e["name"] for e in result["entries"]] == ["ours", "ours[attention=talking_heads]"]
     assert result["tokens_per_step"] == BATCH * SEQ_LEN
     for entry in result["entries"]:
         for key in ("step_time_median_s", "tokens_per_s", "mfu", "achieved_flops_per_s",
@@ -53,18 +60,45 @@ def test_main_writes_finite_results_and_flops_from_models_flops(run_main, tmp_pa
                                              / entry["step_time_median_s"] / 1e11)
     assert result["entries"][0]["step_time_ratio"] == 1.0
 
-    # The FLOPs are models/flops.py's for the same config: sparse head over B*P targets,
-    # the dense variant over every token.
-    base = ModelConfig.from_config(pretrain.get_config("size=micro,vocab=128").model)
-    th = ModelConfig.from_config(
-        pretrain.get_config("size=micro,vocab=128,attention=talking_heads").model)
+    # The FLOPs are models/flops.py's for the same config, the MLM head over B*P targets.
     tokens, targets = BATCH * SEQ_LEN, BATCH * PREDICTIONS
-    expected = [flop_count(base, SEQ_LEN).train_step(tokens, targets),
-                flop_count(th, SEQ_LEN).train_step(tokens, targets),
-                flop_count(base, SEQ_LEN).train_step(tokens, tokens)]
+    expected = [flop_count(model_config(), SEQ_LEN).train_step(tokens, targets),
+                flop_count(model_config("attention=talking_heads"), SEQ_LEN).train_step(
+                    tokens, targets)]
     assert [e["flops_per_step"] for e in result["entries"]] == expected
     assert expected[1] > expected[0]  # talking heads' mixing is counted
     assert "| ours[attention=talking_heads] |" in (tmp_path / "bench.md").read_text()
+
+
+def test_dense_mlm_entry_scores_every_position_and_counts_its_flops():
+    cfg = model_config()
+    batch = benchmark.synthetic_batch(SHAPES, cfg.vocab_size, seed=0)
+    opt = benchmark.optimizer_config(pretrain.get_config(ARGS))
+    entry = benchmark.our_entry("dense", CONFIG, cfg, opt, SHAPES, batch, 0, dense=True)
+    tokens = BATCH * SEQ_LEN
+    assert entry.mlm_predictions == tokens
+    assert entry.flops == flop_count(cfg, SEQ_LEN).train_step(tokens, tokens)
+    # Traced, not compiled: the (B, T) labels go through training/steps.py unchanged.
+    _, metrics = jax.eval_shape(entry.step, entry.state, entry.batch)
+    assert metrics["loss_sum"].shape == ()
+
+
+def test_vs_hf_needs_flax_bert_or_says_how_to_get_it():
+    cfg = model_config()
+    batch = benchmark.synthetic_batch(SHAPES, cfg.vocab_size, seed=0)
+    opt = benchmark.optimizer_config(pretrain.get_config(ARGS))
+    try:
+        from transformers import FlaxBertForMaskedLM  # noqa: F401
+    except ImportError:
+        with pytest.raises(benchmark.BenchmarkError, match="transformers 4"):
+            benchmark.hf_entry(cfg, opt, SHAPES, batch, 0)
+        return
+    # In the HF venv (docs/PERFORMANCE.md): the HF step traces on the same batch and its
+    # FLOPs count the MLM head at every position, as its head computes them.
+    entry = benchmark.hf_entry(cfg, opt, SHAPES, batch, 0)
+    assert entry.flops == flop_count(cfg, SEQ_LEN).train_step(BATCH * SEQ_LEN, BATCH * SEQ_LEN)
+    _, metrics = jax.eval_shape(entry.step, entry.state, entry.batch)
+    assert metrics["loss"].shape == ()
 
 
 def test_synthetic_batch_dense_labels_match_sparse_targets():
