@@ -1,0 +1,64 @@
+"""Peak training memory of talking-heads attention: full vs chunked, by sequence length.
+
+  python scripts/attention_memory.py --size base --seq_lens 2048,2560,8192 --impls full,chunked
+
+For each (impl, length) it compiles the gradient of the MLM loss for one
+sequence (nothing runs, so lengths far beyond this machine's memory are fine)
+and reads XLA's own accounting of the compiled program: temporary buffers,
+plus arguments (params) and outputs (gradients). Optimizer state is not part
+of this program; it adds 2x the parameters for Adam. The ratio between impls
+comes from the same compiler, in the same run.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from absl import app, flags
+
+from configs import model as model_configs
+from models import BertForMaskedLM, ModelConfig
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("size", "base", "model size (configs/model.py SIZES)")
+flags.DEFINE_string("seq_lens", "512,2048", "comma list of sequence lengths")
+flags.DEFINE_string("impls", "full,chunked", "talking_heads.impl values to compare")
+flags.DEFINE_integer("chunk", 128, "query chunk size for impl=chunked")
+flags.DEFINE_integer("predictions", 20, "MLM positions scored per sequence")
+
+GIB = 2**30
+
+
+def compiled_bytes(cfg: ModelConfig, seq_len: int, predictions: int) -> dict[str, float]:
+    model = BertForMaskedLM(cfg)
+    ids = jnp.zeros((1, seq_len), jnp.int32)
+    positions = jnp.zeros((1, predictions), jnp.int32)
+    params = jax.eval_shape(
+        lambda: nn.unbox(model.init(jax.random.key(0), ids, ids, ids, positions))["params"])
+
+    def loss(p, ids):
+        return jnp.sum(model.apply({"params": p}, ids, ids, ids, positions)["mlm_logits"])
+
+    analysis = jax.jit(jax.grad(loss)).lower(params, ids).compile().memory_analysis()
+    temp = analysis.temp_size_in_bytes
+    total = temp + analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+    return {"temp_gib": temp / GIB, "total_gib": total / GIB}
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    print("| impl | seq len | temporaries GiB | params + grads + temporaries GiB |")
+    print("|---|---:|---:|---:|")
+    for seq_len in (int(s) for s in FLAGS.seq_lens.split(",")):
+        for impl in FLAGS.impls.split(","):
+            arg = (f"size={FLAGS.size},attention=talking_heads,th_impl={impl},"
+                   f"th_chunk={FLAGS.chunk},max_len={seq_len},dropout=0,attention_dropout=0")
+            cfg = ModelConfig.from_config(model_configs.get_config(arg).model)
+            got = compiled_bytes(cfg, seq_len, FLAGS.predictions)
+            print(f"| {impl} | {seq_len} | {got['temp_gib']:.2f} | {got['total_gib']:.2f} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)
