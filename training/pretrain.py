@@ -286,7 +286,6 @@ def train_scalars(m: dict[str, Any]) -> dict[str, float]:
         "learning_rate": float(m["learning_rate"]),
         "grad_norm": float(m["grad_norm"]),
         "param_norm": float(m["param_norm"]),
-        "update_norm": float(m["update_norm"]),
         "skipped_nonfinite": 0.0 if bool(m["finite"]) else 1.0,
     }
 
