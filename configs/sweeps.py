@@ -232,15 +232,6 @@ def read_json(path: str) -> Any:
         return None
 
 
-def write_json(path: str, value: Any) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(value, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def row_to_json(row: grids.Row) -> dict[str, Any]:
     return dataclasses.asdict(row)
 

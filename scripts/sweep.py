@@ -39,6 +39,7 @@ from absl import app, flags, logging
 from configs import glue as glue_configs
 from configs import grids, sweeps
 from configs import model as model_configs
+from training.files import write_json_atomic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -422,7 +423,7 @@ def write_manifest(label: str, rows: list[grids.Row], settings: Settings) -> Non
     merged.update({r.name: sweeps.row_to_json(r) for r in rows})
     seeds = sorted({*old.get("seeds", []), *(s for s in settings.seeds if s is not None)})
     tasks = list(dict.fromkeys([*old.get("glue_tasks", []), *settings.glue_tasks]))
-    sweeps.write_json(path, {
+    write_json_atomic(path, {
         "grid": label, "rows": list(merged.values()), "seeds": seeds, "glue_tasks": tasks,
         "pretrain_args": settings.pretrain_args,
         "pretrain_overrides": list(settings.pretrain_overrides),

@@ -30,9 +30,9 @@ import glue
 from models import BertForSequenceClassification, BertModel, ModelConfig
 from models.hf_import import CheckpointError
 from training import checkpoints, metrics
+from training.files import write_json_atomic, write_text_atomic
 from training.optimizer import decay_mask
 from training.preemption import PreemptionFlag
-from training.pretrain import write_json_atomic
 
 ALL_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
 
@@ -383,11 +383,10 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     label = f"{pretrained.model_config.attention} ({pretrained.model_config.size})"
     table = markdown_table(results, label) if results["tasks"] else ""
     write_json_atomic(os.path.join(workdir, "results.json"), results)
-    tmp = os.path.join(workdir, f"results.md.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(f"GLUE dev, mean ± std over seeds at the best learning rate; init {results['init']}"
-                f"\n\n{table}\n")
-    os.replace(tmp, os.path.join(workdir, "results.md"))
+    write_text_atomic(
+        os.path.join(workdir, "results.md"),
+        f"GLUE dev, mean ± std over seeds at the best learning rate; init {results['init']}"
+        f"\n\n{table}\n")
     metrics.console(table)
     return results
 

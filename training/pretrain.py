@@ -8,7 +8,6 @@ of (seed, s), so a restarted run needs only the step stored in its checkpoint.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import time
@@ -24,6 +23,7 @@ import input_pipeline
 from models import BertForMaskedLM, ModelConfig
 from models.flops import flop_count
 from training import checkpoints, hardware, metrics, sharding, steps
+from training.files import write_json_atomic
 from training.optimizer import make_optimizer
 from training.preemption import PreemptionFlag
 
@@ -161,11 +161,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     if is_main:
         # The run directory is self-contained: eval_glue.py reads WORKDIR/tokenizer.
         copy_tokenizer(data.tokenizer_dir, os.path.join(workdir, "tokenizer"))
-    batcher = data.batcher(config.batch_size, seed=config.seed)
+    # Each process builds only its own rows of every global batch.
+    shard = {"process_index": jax.process_index(), "process_count": jax.process_count()}
+    batcher = data.batcher(config.batch_size, seed=config.seed, **shard)
     # Eval masks use a fixed seed so every run (and every seed) is scored on the same targets.
-    eval_batches = data.eval_batches(config.batch_size, config.eval_batches, seed=0)
-    rows = input_pipeline.process_rows(config.batch_size, jax.process_index(),
-                                       jax.process_count())
+    eval_batches = data.eval_batches(config.batch_size, config.eval_batches, seed=0, **shard)
 
     # -- model and optimizer --------------------------------------------------------
     model_cfg = model_config_for(config, data.vocab_size)
@@ -209,7 +209,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         totals = {"loss_sum": 0.0, "correct": 0.0, "weight": 0.0}
         with mesh, nn.logical_axis_rules(rules):
             for i in range(len(eval_batches)):
-                batch = host_batch_to_global(eval_batches.batch(i, rows), mesh, rules)
+                batch = host_batch_to_global(eval_batches.batch(i), mesh, rules)
                 sums = jax.device_get(eval_step(state["params"], batch))
                 totals = {k: totals[k] + float(sums[k]) for k in totals}
         loss = totals["loss_sum"] / max(totals["weight"], 1.0)
@@ -225,7 +225,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     preempted = False
     with PreemptionFlag() as preemption:
         for step in range(start, end):
-            batch = host_batch_to_global(batcher.batch(step, rows), mesh, rules)
+            batch = host_batch_to_global(batcher.batch(step), mesh, rules)
             with mesh, nn.logical_axis_rules(rules):
                 state, step_metrics = train_step(state, batch)
             window_steps += 1
@@ -298,12 +298,3 @@ def copy_tokenizer(source: os.PathLike | str, target: str) -> None:
             tmp = os.path.join(target, f".{name}.tmp")
             shutil.copyfile(path, tmp)
             os.replace(tmp, os.path.join(target, name))
-
-
-def write_json_atomic(path: str, value: Any) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(value, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
