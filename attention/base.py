@@ -4,8 +4,9 @@ Einsum letters: B batch, T query length, S key length, D model width,
 N query/key heads, G value heads, K key size, V value size.
 
 `Attention.__call__(x, mask, deterministic)` takes hidden states [B, T, D] and a
-padding mask [B, S] (True = real token) and returns [B, T, D]. The shared steps
-(q/k/v projections, logits, mask, softmax, dropout, weights x values, output
+padding mask [B, S] (True = real token) and returns [B, T, D]; with `queries_from`
+[B, P, D] it attends from those P rows only (models/layers.py's sparse final layer).
+The shared steps (q/k/v projections, logits, mask, softmax, dropout, weights x values, output
 projection) live here once; a variant overrides `attend`, the part between the
 projections, and reuses the pieces it needs.
 """
@@ -50,9 +51,14 @@ class Attention(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool = True) -> Array:
+    def __call__(
+        self, x: Array, mask: Array, deterministic: bool = True, queries_from: Array | None = None
+    ) -> Array:
+        """`queries_from` [B, P, D] (default: x) gives the query rows; keys and values
+        always come from all of x. The output has one row per query: [B, P, D]."""
         cfg = self.config
-        query = self.project(x, "query", cfg.num_logit_heads, cfg.head_key_size)  # (B, T, N, K)
+        queries_from = x if queries_from is None else queries_from
+        query = self.project(queries_from, "query", cfg.num_logit_heads, cfg.head_key_size)
         key = self.project(x, "key", cfg.num_logit_heads, cfg.head_key_size)  # (B, S, N, K)
         value = self.project(x, "value", cfg.num_value_heads, cfg.head_value_size)  # (B, S, G, V)
         mixed = self.attend(query, key, value, mask, deterministic)  # (B, T, G, V)

@@ -52,6 +52,7 @@ MODEL_ARGS: dict[str, str] = {
     "dropout": "dropout_rate",
     "attention_dropout": "attention_dropout_rate",
     "dtype": "dtype",
+    "sparse_final": "sparse_final_layer",
     "th_logit_heads": "talking_heads.num_logit_heads",
     "th_value_heads": "talking_heads.num_value_heads",
     "th_projections": "talking_heads.projections",
@@ -125,6 +126,10 @@ def model_defaults() -> ml_collections.ConfigDict:
     m.initializer_range = 0.02  # stddev of the truncated-normal init, as BERT
     m.dtype = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
     m.remat = "none"  # none | full | dots: rematerialisation policy per encoder layer
+    # Last layer only at the positions the loss reads (MLM: masked; classification: [CLS]).
+    # Same values, fewer FLOPs (BERT-base: 5%); its dropout draws differ from False's, so
+    # runs are not bit-identical across the two settings (docs/PERFORMANCE.md).
+    m.sparse_final_layer = True
     m.talking_heads = talking_heads_defaults()
     return m
 

@@ -18,13 +18,18 @@ import jax
 import jax.numpy as jnp
 
 from models.config import ModelConfig
-from models.layers import Embeddings, Encoder, dense, layer_norm
+from models.layers import Embeddings, Encoder, dense, gather_positions, layer_norm
 
 Array = jax.Array
 
 
 class BertModel(nn.Module):
-    """Embeddings + encoder + pooler. Returns (hidden states (B, T, D), pooled (B, D))."""
+    """Embeddings + encoder + pooler. Returns (hidden states (B, T, D), pooled (B, D)).
+
+    With `final_positions` (B, P) the last layer runs only there (Encoder) and the
+    hidden states are (B, P, D); pooled then pools the first of those rows, which
+    is [CLS] when final_positions[:, 0] is 0.
+    """
 
     config: ModelConfig
 
@@ -40,6 +45,7 @@ class BertModel(nn.Module):
         token_type_ids: Array | None = None,
         attention_mask: Array | None = None,
         deterministic: bool = True,
+        final_positions: Array | None = None,
     ) -> tuple[Array, Array]:
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
@@ -47,7 +53,7 @@ class BertModel(nn.Module):
             attention_mask = jnp.ones_like(input_ids)
         mask = attention_mask.astype(bool)
         x = self.embeddings(input_ids, token_type_ids, deterministic)
-        hidden = self.encoder(x, mask, deterministic)
+        hidden = self.encoder(x, mask, deterministic, final_positions)
         pooled = jnp.tanh(self.pooler(hidden[:, 0]))
         return hidden, pooled
 
@@ -71,14 +77,11 @@ class MLMHead(nn.Module):
         return logits.astype(jnp.float32) + bias
 
 
-def gather_positions(hidden: Array, positions: Array) -> Array:
-    """(B, T, D), (B, P) int -> (B, P, D)."""
-    return jnp.take_along_axis(hidden, positions[..., None], axis=1)
-
-
 class BertForMaskedLM(nn.Module):
     """BERT with the MLM head. With `masked_positions` (B, P) only those P
-    positions are scored, which skips the (B, T, vocab) logits entirely."""
+    positions are scored, which skips the (B, T, vocab) logits entirely; with
+    config.sparse_final_layer the last encoder layer also runs on those P
+    positions only, and hidden_states is then (B, P, D)."""
 
     config: ModelConfig
 
@@ -94,9 +97,11 @@ class BertForMaskedLM(nn.Module):
         masked_positions: Array | None = None,
         deterministic: bool = True,
     ) -> dict[str, Array]:
-        hidden, pooled = self.bert(input_ids, token_type_ids, attention_mask, deterministic)
+        sparse = self.config.sparse_final_layer and masked_positions is not None
+        hidden, pooled = self.bert(input_ids, token_type_ids, attention_mask, deterministic,
+                                   final_positions=masked_positions if sparse else None)
         selected = hidden
-        if masked_positions is not None:
+        if masked_positions is not None and not sparse:
             selected = gather_positions(hidden, masked_positions)
         logits = self.mlm_head(selected, self.bert.embeddings)
         return {"hidden_states": hidden, "pooled": pooled, "mlm_logits": logits}
@@ -116,8 +121,11 @@ class BertForSequenceClassification(nn.Module):
         attention_mask: Array | None = None,
         deterministic: bool = True,
     ) -> Array:
+        # The classifier reads only [CLS], so a sparse final layer computes that row alone.
+        cls_only = jnp.zeros((input_ids.shape[0], 1), jnp.int32)
         _, pooled = BertModel(self.config, name="bert")(
-            input_ids, token_type_ids, attention_mask, deterministic
+            input_ids, token_type_ids, attention_mask, deterministic,
+            final_positions=cls_only if self.config.sparse_final_layer else None,
         )
         pooled = nn.Dropout(self.config.dropout_rate)(pooled, deterministic=deterministic)
         logits = dense(self.config, self.num_labels, ("embed", None), "classifier")(pooled)

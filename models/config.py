@@ -19,6 +19,10 @@ TH_PROJECTIONS = ("both", "logits", "weights")
 TH_MASK_PLACEMENTS = ("after", "before")
 TH_INITS = ("fan_in", "identity")
 TH_IMPLS = ("full", "chunked")
+# Fields that change how the model is computed, not its parameters: a checkpoint
+# saved with other values of these restores and continues.
+EXECUTION_FIELDS = ("dropout_rate", "attention_dropout_rate", "dtype", "remat",
+                    "attention_impl", "sparse_final_layer", "size")
 
 
 class ConfigError(ValueError):
@@ -64,6 +68,8 @@ class ModelConfig:
     initializer_range: float = 0.02
     dtype: str = "float32"
     remat: str = "none"
+    # Compute the last encoder layer only where the loss reads it (see models/layers.py).
+    sparse_final_layer: bool = False
     size: str = "custom"
     talking_heads: TalkingHeadsConfig = dataclasses.field(default_factory=TalkingHeadsConfig)
 

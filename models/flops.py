@@ -11,7 +11,10 @@ heads, key size K, value size V, width D, feed-forward width F:
   feed-forward  2 * 2 * D * F
   MLM head      2 * D * D + 2 * D * vocab               per *predicted* token
 
-Training costs 3x the forward pass (backward = 2x forward).
+Training costs 3x the forward pass (backward = 2x forward). With
+sparse_final_layer the last layer runs its key/value projections on every token
+and everything else (query and output projections, attention, mixing,
+feed-forward) only on the predicted tokens.
 """
 
 from __future__ import annotations
@@ -45,10 +48,21 @@ def parameter_counts(cfg: ModelConfig) -> tuple[int, int]:
 class FlopCount:
     encoder_per_token: float  # forward FLOPs of all layers, per input token
     mlm_head_per_prediction: float  # forward FLOPs of the MLM head, per predicted token
+    # Sparse final layer: its per-token FLOPs that run only on predicted tokens
+    # (everything but the key/value projections); 0 when the layer is dense.
+    skipped_per_unpredicted_token: float = 0.0
 
     def train_step(self, tokens: int, predictions: int) -> float:
         """Forward + backward FLOPs for a step over `tokens` with `predictions` MLM targets."""
-        return 3.0 * (self.encoder_per_token * tokens + self.mlm_head_per_prediction * predictions)
+        encoder = self.encoder_per_token * tokens
+        encoder -= self.skipped_per_unpredicted_token * (tokens - predictions)
+        return 3.0 * (encoder + self.mlm_head_per_prediction * predictions)
+
+
+def key_value_flops_per_token(cfg: ModelConfig) -> float:
+    return 2 * cfg.hidden_size * (
+        cfg.num_logit_heads * cfg.head_key_size + cfg.num_value_heads * cfg.head_value_size
+    )
 
 
 def layer_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
@@ -67,7 +81,10 @@ def layer_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
 
 def flop_count(cfg: ModelConfig, seq_len: int) -> FlopCount:
     d = cfg.hidden_size
+    layer = layer_flops_per_token(cfg, seq_len)
+    skipped = layer - key_value_flops_per_token(cfg) if cfg.sparse_final_layer else 0.0
     return FlopCount(
-        encoder_per_token=cfg.num_layers * layer_flops_per_token(cfg, seq_len),
+        encoder_per_token=cfg.num_layers * layer,
         mlm_head_per_prediction=2 * d * d + 2 * d * cfg.vocab_size,
+        skipped_per_unpredicted_token=skipped,
     )

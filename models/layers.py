@@ -85,12 +85,21 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """One transformer layer; the attention comes from the registry by name."""
+    """One transformer layer; the attention comes from the registry by name.
+
+    With `positions` [B, P] the layer's output exists only at those positions:
+    queries, residuals, LayerNorms and the feed-forward block run on P rows,
+    while keys and values still come from all T. Each output row equals the
+    dense layer's row at that position, because nothing after attention mixes
+    positions.
+    """
 
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+    def __call__(
+        self, x: Array, mask: Array, deterministic: bool, positions: Array | None = None
+    ) -> Array:
         cfg = self.config
         attention_cls = attention.get(cfg.attention)
         attend = attention_cls(cfg, name="attention")
@@ -98,13 +107,24 @@ class EncoderLayer(nn.Module):
         drop = nn.Dropout(cfg.dropout_rate)
         attention_norm = layer_norm(cfg, "attention_norm")
         mlp_norm = layer_norm(cfg, "mlp_norm")
+
+        def rows(h: Array) -> Array:
+            return h if positions is None else gather_positions(h, positions)
+
         if cfg.norm_placement == "pre":
-            x = x + drop(attend(attention_norm(x), mask, deterministic), deterministic)
+            h = attention_norm(x)
+            x = rows(x) + drop(attend(h, mask, deterministic, rows(h)), deterministic)
             x = x + drop(feed_forward(mlp_norm(x)), deterministic)
         else:  # post-LN, original BERT
-            x = attention_norm(x + drop(attend(x, mask, deterministic), deterministic))
+            attended = attend(x, mask, deterministic, rows(x))
+            x = attention_norm(rows(x) + drop(attended, deterministic))
             x = mlp_norm(x + drop(feed_forward(x), deterministic))
         return nn.with_logical_constraint(x, ("batch", "length", "embed"))
+
+
+def gather_positions(hidden: Array, positions: Array) -> Array:
+    """(B, T, D), (B, P) int -> (B, P, D)."""
+    return jnp.take_along_axis(hidden, positions[..., None], axis=1)
 
 
 REMAT_POLICIES = {
@@ -114,10 +134,18 @@ REMAT_POLICIES = {
 
 
 class Encoder(nn.Module):
+    """The layers. With `final_positions` [B, P] the last layer runs on those P
+    positions only and the output is [B, P, D]: the MLM loss reads only the
+    masked positions and a classifier only [CLS], so the rest of the last
+    layer's queries, output projection and feed-forward block are skipped
+    (models/config.py's sparse_final_layer)."""
+
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+    def __call__(
+        self, x: Array, mask: Array, deterministic: bool, final_positions: Array | None = None
+    ) -> Array:
         cfg = self.config
         layer_cls = EncoderLayer
         if cfg.remat != "none":
@@ -126,7 +154,9 @@ class Encoder(nn.Module):
                 EncoderLayer, policy=REMAT_POLICIES[cfg.remat], static_argnums=(3,)
             )
         for i in range(cfg.num_layers):
-            x = layer_cls(cfg, name=f"layer_{i}")(x, mask, deterministic)
+            last = i == cfg.num_layers - 1
+            positions = final_positions if last else None
+            x = layer_cls(cfg, name=f"layer_{i}")(x, mask, deterministic, positions)
         if cfg.norm_placement == "pre":
             x = layer_norm(cfg, "final_norm")(x)
         return x

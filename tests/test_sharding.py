@@ -60,10 +60,12 @@ def run_steps(config, mesh_spec, devices, num_steps=2):
     return state, history
 
 
-@pytest.mark.parametrize("attention", ["multi_head", "talking_heads"])
-def test_sharded_run_equals_single_device_run(attention):
+@pytest.mark.parametrize("attention,sparse_final_layer",
+                         [("multi_head", True), ("talking_heads", False)])
+def test_sharded_run_equals_single_device_run(attention, sparse_final_layer):
     assert jax.device_count() == 8, "conftest sets 8 fake CPU devices"
     config = small_config(attention)
+    config.model.sparse_final_layer = sparse_final_layer
     single_state, single = run_steps(config, {"data": 1}, jax.devices()[:1])
     sharded_state, sharded = run_steps(config, {"data": 2, "fsdp": 2, "tensor": 2},
                                        jax.devices())

@@ -21,6 +21,7 @@ import numpy as np
 
 import input_pipeline
 from models import BertForMaskedLM, ModelConfig
+from models.config import EXECUTION_FIELDS
 from models.flops import flop_count
 from training import checkpoints, hardware, metrics, sharding, steps
 from training.files import write_json_atomic
@@ -62,8 +63,7 @@ def check_same_architecture(saved: dict[str, Any], current: ModelConfig, path: s
     saved_model = saved.get("model", {})
     differs = {
         k: (saved_model.get(k), v) for k, v in current.to_dict().items()
-        if k not in ("dropout_rate", "attention_dropout_rate", "dtype", "remat",
-                     "attention_impl", "size")
+        if k not in EXECUTION_FIELDS
         and saved_model.get(k) != v and not isinstance(v, dict)
     }
     if differs:
