@@ -51,6 +51,28 @@ def test_dry_run_prints_the_papers_parameter_counts_and_commands_and_writes_noth
     assert not out.exists()
 
 
+def test_cpu_study_script_launches_both_grids_with_one_budget(tmp_path):
+    """scripts/cpu_study.sh (docs/RESULTS.md's study) stays valid as the code changes."""
+    out = tmp_path / "study"
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, XLA_FLAGS="")
+    result = subprocess.run(["bash", os.path.join("scripts", "cpu_study.sh"), str(out)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(x) for x in result.stdout.splitlines() if "train.py" in x]
+    names = [row.name for grid in ("talking_heads_cpu", "key_size_cpu")
+             for row in grids.GRIDS[grid]]
+    assert [c[c.index("--workdir") + 1] for c in commands] == [
+        str(out / name / ("seed1/pretrain" if name.startswith("ks_") else "pretrain"))
+        for name in names]
+    for command in commands:
+        assert command[3].split(":", 1)[1].split(",")[1] == "steps=250"  # one token budget
+        assert "--config.model.sparse_final_layer=false" in command
+        assert f"--config.data.cache_dir={out / 'data_cache'}" in command  # one tokenizer
+    glue_commands = [x for x in result.stdout.splitlines() if "eval_glue.py" in x]
+    assert len(glue_commands) == 2 * len(names)
+    assert not out.exists()
+
+
 def script_commands(path: str) -> list[list[str]]:
     """The commands of a run script: `run LOG "$PYTHON" ARGS... || ...` lines."""
     commands = []
