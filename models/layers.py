@@ -111,13 +111,14 @@ class EncoderLayer(nn.Module):
         def rows(h: Array) -> Array:
             return h if positions is None else gather_positions(h, positions)
 
+        residual = rows(x)  # gathered once: the query rows and the residual are the same rows
         if cfg.norm_placement == "pre":
             h = attention_norm(x)
-            x = rows(x) + drop(attend(h, mask, deterministic, rows(h)), deterministic)
+            x = residual + drop(attend(h, mask, deterministic, rows(h)), deterministic)
             x = x + drop(feed_forward(mlp_norm(x)), deterministic)
         else:  # post-LN, original BERT
-            attended = attend(x, mask, deterministic, rows(x))
-            x = attention_norm(rows(x) + drop(attended, deterministic))
+            attended = attend(x, mask, deterministic, residual)
+            x = attention_norm(residual + drop(attended, deterministic))
             x = mlp_norm(x + drop(feed_forward(x), deterministic))
         return nn.with_logical_constraint(x, ("batch", "length", "embed"))
 
@@ -154,8 +155,7 @@ class Encoder(nn.Module):
                 EncoderLayer, policy=REMAT_POLICIES[cfg.remat], static_argnums=(3,)
             )
         for i in range(cfg.num_layers):
-            last = i == cfg.num_layers - 1
-            positions = final_positions if last else None
+            positions = final_positions if i == cfg.num_layers - 1 else None
             x = layer_cls(cfg, name=f"layer_{i}")(x, mask, deterministic, positions)
         if cfg.norm_placement == "pre":
             x = layer_norm(cfg, "final_norm")(x)
