@@ -6,9 +6,11 @@ N query/key heads, G value heads, K key size, V value size.
 `Attention.__call__(x, mask, deterministic)` takes hidden states [B, T, D] and a
 padding mask [B, S] (True = real token) and returns [B, T, D]; with `queries_from`
 [B, P, D] it attends from those P rows only (models/layers.py's sparse final layer).
-The shared steps (q/k/v projections, logits, mask, softmax, dropout, weights x values, output
-projection) live here once; a variant overrides `attend`, the part between the
-projections, and reuses the pieces it needs.
+The shared steps live here once: the q/k/v and output projections as methods, and
+logits, softmax, dropout and weights x values as pure functions (flaxformer's split
+into "weights from logits" and "weights applied to values"). A variant overrides
+`attend`, the part between the projections, and calls the steps it needs in its
+own order (talking heads mixes heads between them).
 """
 
 from __future__ import annotations
@@ -91,19 +93,43 @@ class Attention(nn.Module):
         )(x)
         return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
 
-    def logits(self, query: Array, key: Array) -> Array:
-        """Scaled dot products per head, fp32: (B, T, N, K), (B, S, N, K) -> (B, N, T, S)."""
-        scale = query.shape[-1] ** -0.5
-        logits = jnp.einsum("BTNK,BSNK->BNTS", query * jnp.asarray(scale, query.dtype), key)
-        return logits.astype(jnp.float32)
+    def dropout_rng(self, deterministic: bool) -> Array | None:
+        """The key for attention dropout, or None when there is none to apply."""
+        if deterministic or self.config.attention_dropout_rate == 0:
+            return None
+        return self.make_rng("dropout")
 
-    def softmax_and_dropout(self, logits: Array, deterministic: bool) -> Array:
-        """Softmax over keys in fp32, then attention dropout."""
-        weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
-        return nn.Dropout(rate=self.config.attention_dropout_rate, name="weights_dropout")(
-            weights, deterministic=deterministic
-        )
 
-    def apply_weights(self, weights: Array, value: Array) -> Array:
-        """(B, G, T, S), (B, S, G, V) -> (B, T, G, V) in the compute dtype."""
-        return jnp.einsum("BGTS,BSGV->BTGV", weights.astype(value.dtype), value)
+# -- the shared steps, as pure functions (the chunked talking-heads path runs them
+# under lax.map and jax.checkpoint, outside Flax) --------------------------------------
+def dot_product_logits(query: Array, key: Array) -> Array:
+    """Scaled dot products per head, fp32: (B, T, N, K), (B, S, N, K) -> (B, N, T, S)."""
+    scale = query.shape[-1] ** -0.5
+    logits = jnp.einsum("BTNK,BSNK->BNTS", query * jnp.asarray(scale, query.dtype), key)
+    return logits.astype(jnp.float32)
+
+
+def softmax_weights(logits: Array) -> Array:
+    """Softmax over keys in fp32: (B, N, T, S) -> (B, N, T, S)."""
+    return jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+
+
+def dropout_weights(weights: Array, rate: float, rng: Array | None,
+                    broadcast_queries: bool = False) -> Array:
+    """Inverted dropout of attention weights (B, heads, T, S); identity when rng is None.
+
+    broadcast_queries=True draws one mask per (batch, head, key) for every query,
+    Mesh TensorFlow's noise shape; otherwise every weight is dropped independently.
+    """
+    if rng is None or rate == 0:
+        return weights
+    shape = list(weights.shape)
+    if broadcast_queries:
+        shape[2] = 1
+    keep = jax.random.bernoulli(rng, 1.0 - rate, shape)
+    return jnp.where(keep, weights / (1.0 - rate), 0.0).astype(weights.dtype)
+
+
+def apply_weights(weights: Array, value: Array) -> Array:
+    """(B, G, T, S), (B, S, G, V) -> (B, T, G, V) in the compute dtype."""
+    return jnp.einsum("BGTS,BSGV->BTGV", weights.astype(value.dtype), value)

@@ -15,7 +15,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from attention.base import Attention, padding_bias
+from attention.base import (
+    Attention,
+    apply_weights,
+    dot_product_logits,
+    dropout_weights,
+    padding_bias,
+    softmax_weights,
+)
 from attention.registry import register
 
 
@@ -24,9 +31,10 @@ class MultiHeadAttention(Attention):
     def attend(self, query, key, value, mask, deterministic):
         if self.config.attention_impl == "fused":
             return fused_attention(query, key, value, mask)
-        logits = self.logits(query, key) + padding_bias(mask)  # (B, N, T, S)
-        weights = self.softmax_and_dropout(logits, deterministic)
-        return self.apply_weights(weights, value)  # (B, T, N, V)
+        logits = dot_product_logits(query, key) + padding_bias(mask)  # (B, N, T, S)
+        weights = dropout_weights(softmax_weights(logits), self.config.attention_dropout_rate,
+                                  self.dropout_rng(deterministic))
+        return apply_weights(weights, value)  # (B, T, N, V)
 
 
 def fused_attention(query, key, value, mask):

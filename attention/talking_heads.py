@@ -8,12 +8,20 @@ Following Mesh TensorFlow's `TalkingHeadsSelfAttention` (the reference):
   J = Q.K                      (B, N, T, S)   h_k logit heads
   L = J @ P_l[N, H]            (B, H, T, S)   pre-softmax mixing
   L = L + mask                                the mask is added after P_l
-  W = softmax_S(L), dropout
+  W = softmax_S(L)
   U = W @ P_w[H, G]            (B, G, T, S)   post-softmax mixing
+  U = dropout(U)                              dropout after P_w, as the reference
   O = U.V                      (B, T, G, V)
 P_l and P_w have no bias and start from a fan-in scaled normal; either can be
 switched off (`projections`), initialised to the identity, or the mask moved
 before P_l. Composes with any key_size/value_size.
+
+Dropout hits the mixed weights U, as in both references (Mesh TF's
+`attention_internal`, tf-models' `TalkingHeadsAttention._compute_attention`).
+Its noise shape is a setting: `dropout_noise="elementwise"` (default) drops each
+weight independently, as tf-models and BERT's multi-head attention do, so that
+a talking-heads vs multi-head comparison differs only in the mixing;
+"shared_queries" is Mesh TF's, one mask per (batch, head, key) for all queries.
 
 Two paths give the same numbers: `full` materialises (B, H, T, S) for all
 queries; `chunked` walks over query chunks with `jax.lax.map`, recomputing each
@@ -26,7 +34,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attention.base import Attention, padding_bias
+from attention.base import (
+    Attention,
+    apply_weights,
+    dot_product_logits,
+    dropout_weights,
+    padding_bias,
+    softmax_weights,
+)
 from attention.registry import register
 
 
@@ -59,12 +74,11 @@ class TalkingHeadsAttention(Attention):
             if th.mix_weights
             else None
         )
-        dropout_rng = None
-        if not deterministic and cfg.attention_dropout_rate > 0:
-            dropout_rng = self.make_rng("dropout")
+        dropout_rng = self.dropout_rng(deterministic)
         core = _Core(
             mask_before=th.mask_placement == "before",
-            dropout_rate=0.0 if deterministic else cfg.attention_dropout_rate,
+            dropout_rate=cfg.attention_dropout_rate,
+            broadcast_queries=th.dropout_noise == "shared_queries",
         )
         if th.impl == "chunked" and query.shape[1] > th.query_chunk_size:
             return core.chunked(
@@ -79,14 +93,13 @@ class _Core:
     Kept outside Flax so the chunked path can run it under lax.map/checkpoint.
     """
 
-    def __init__(self, mask_before: bool, dropout_rate: float):
+    def __init__(self, mask_before: bool, dropout_rate: float, broadcast_queries: bool):
         self.mask_before = mask_before
         self.dropout_rate = dropout_rate
+        self.broadcast_queries = broadcast_queries
 
     def __call__(self, query, key, value, mask, p_logits, p_weights, dropout_rng):
-        scale = query.shape[-1] ** -0.5
-        logits = jnp.einsum("BTNK,BSNK->BNTS", query * jnp.asarray(scale, query.dtype), key)
-        logits = logits.astype(jnp.float32)
+        logits = dot_product_logits(query, key)  # (B, N, T, S)
         bias = padding_bias(mask)  # (B, 1, 1, S)
         if self.mask_before:
             logits = logits + bias
@@ -98,13 +111,12 @@ class _Core:
             logits = jnp.where(mask[:, None, None, :], logits, bias)
         else:
             logits = logits + bias
-        weights = jax.nn.softmax(logits, axis=-1)  # (B, H, T, S)
-        if dropout_rng is not None and self.dropout_rate > 0:
-            keep = jax.random.bernoulli(dropout_rng, 1.0 - self.dropout_rate, weights.shape)
-            weights = jnp.where(keep, weights / (1.0 - self.dropout_rate), 0.0)
+        weights = softmax_weights(logits)  # (B, H, T, S)
         if p_weights is not None:
             weights = jnp.einsum("BHTS,HG->BGTS", weights, p_weights.astype(jnp.float32))
-        return jnp.einsum("BGTS,BSGV->BTGV", weights.astype(value.dtype), value)
+        weights = dropout_weights(weights, self.dropout_rate, dropout_rng,
+                                  self.broadcast_queries)
+        return apply_weights(weights, value)  # (B, T, G, V)
 
     def chunked(self, query, key, value, mask, p_logits, p_weights, dropout_rng, chunk):
         batch, length = query.shape[:2]
@@ -118,7 +130,10 @@ class _Core:
         @jax.checkpoint
         def one_chunk(args):
             index, q = args
-            rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, index)
+            # A mask shared by all queries must be the same in every chunk.
+            rng = dropout_rng
+            if dropout_rng is not None and not self.broadcast_queries:
+                rng = jax.random.fold_in(dropout_rng, index)
             return self(q, key, value, mask, p_logits, p_weights, rng)  # (B, C, G, V)
 
         out = jax.lax.map(one_chunk, (jnp.arange(num_chunks), chunks))

@@ -60,6 +60,7 @@ MODEL_ARGS: dict[str, str] = {
     "th_init": "talking_heads.init",
     "th_impl": "talking_heads.impl",
     "th_chunk": "talking_heads.query_chunk_size",
+    "th_dropout_noise": "talking_heads.dropout_noise",
 }
 
 
@@ -102,6 +103,9 @@ def talking_heads_defaults() -> ml_collections.ConfigDict:
     th.init = "fan_in"  # fan_in (reference: normal, stddev 1/sqrt(fan_in)) | identity
     th.impl = "full"  # full | chunked (memory-efficient: query chunks, recomputed in backward)
     th.query_chunk_size = 128  # queries per chunk for impl=chunked
+    # Attention dropout (applied after P_w, as the references) draws: elementwise (tf-models,
+    # as multi-head) | shared_queries (Mesh TF: one mask per batch, head and key).
+    th.dropout_noise = "elementwise"
     return th
 
 

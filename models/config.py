@@ -19,6 +19,7 @@ TH_PROJECTIONS = ("both", "logits", "weights")
 TH_MASK_PLACEMENTS = ("after", "before")
 TH_INITS = ("fan_in", "identity")
 TH_IMPLS = ("full", "chunked")
+TH_DROPOUT_NOISE = ("elementwise", "shared_queries")
 # Fields that change how the model is computed, not its parameters: a checkpoint
 # saved with other values of these restores and continues.
 EXECUTION_FIELDS = ("dropout_rate", "attention_dropout_rate", "dtype", "remat",
@@ -38,6 +39,7 @@ class TalkingHeadsConfig:
     init: str = "fan_in"  # fan_in | identity
     impl: str = "full"  # full | chunked
     query_chunk_size: int = 128
+    dropout_noise: str = "elementwise"  # elementwise | shared_queries (Mesh TF's noise shape)
 
     @property
     def mix_logits(self) -> bool:
@@ -192,6 +194,7 @@ class ModelConfig:
             "mask_placement": TH_MASK_PLACEMENTS,
             "init": TH_INITS,
             "impl": TH_IMPLS,
+            "dropout_noise": TH_DROPOUT_NOISE,
         }
         for name, allowed in choices.items():
             if getattr(th, name) not in allowed:

@@ -132,6 +132,58 @@ def test_chunked_talking_heads_equals_full_values_and_gradients(length, chunk, r
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), g_chunked, g_full)
 
 
+def numpy_talking_heads_weights(q, k, p_logits, p_weights):
+    """U = softmax(Q.K / sqrt(K) @ P_l) @ P_w as (B, T, G, S), in numpy (no mask, no dropout)."""
+    logits = np.einsum("btnk,bsnk->bnts", q, k) / np.sqrt(q.shape[-1])
+    logits = np.einsum("bnts,nh->bhts", logits, p_logits)
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return np.einsum("bhts,hg->bgts", weights, p_weights).transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("impl", ["full", "chunked"])
+@pytest.mark.parametrize("noise", ["elementwise", "shared_queries"])
+def test_talking_heads_dropout_hits_the_mixed_weights(impl, noise, rng):
+    """Both references (Mesh TF, tf-models) drop out U = softmax(L) @ P_w, after mixing.
+
+    The layer is set up so that its output is U itself: inputs are one-hot positions,
+    the value projection makes value[s] = e_s (V = S) and the output projection is the
+    identity on the G * V = D concatenated heads.
+    """
+    rate, length, heads = 0.5, 16, 4
+    cfg = tiny_config(attention="talking_heads", attention_dropout_rate=rate,
+                      hidden_size=heads * length, num_heads=heads, key_size=8,
+                      value_size=length,
+                      talking_heads={"impl": impl, "query_chunk_size": 4,
+                                     "dropout_noise": noise})
+    x = jnp.broadcast_to(jnp.eye(length, cfg.hidden_size), (2, length, cfg.hidden_size))
+    mask = jnp.ones((2, length), bool)
+    module = attention_module(cfg)
+    params = init_params(module, x, mask, True)
+    params["value"]["kernel"] = jnp.broadcast_to(
+        jnp.eye(cfg.hidden_size, length)[:, None, :], params["value"]["kernel"].shape)
+    params["out"]["kernel"] = jnp.eye(cfg.hidden_size).reshape(params["out"]["kernel"].shape)
+    out = module.apply({"params": params}, x, mask, False, rngs={"dropout": rng})
+    out = np.asarray(out).reshape(2, length, heads, length)  # (B, T, G, S)
+
+    def project(name):
+        p = params[name]
+        return np.einsum("btd,dnk->btnk", np.asarray(x), p["kernel"]) + np.asarray(p["bias"])
+
+    mixed = numpy_talking_heads_weights(project("query"), project("key"),
+                                        np.asarray(params["logits_mixing"]),
+                                        np.asarray(params["weights_mixing"]))
+    dropped = out == 0
+    # Dropout before P_w leaves exact zeros only where all 4 mixed heads were dropped.
+    assert 0.4 < dropped.mean() < 0.6
+    np.testing.assert_allclose(out[~dropped], mixed[~dropped] / (1 - rate), rtol=1e-4,
+                               atol=1e-6)
+    if noise == "shared_queries":  # Mesh TF's noise shape: one mask for all queries
+        np.testing.assert_array_equal(dropped, np.broadcast_to(dropped[:, :1], dropped.shape))
+    else:
+        assert not np.all(dropped == dropped[:, :1])
+
+
 PADDING_CASES = {
     "multi_head": {},
     "multi_head_fused": {"attention_impl": "fused"},
