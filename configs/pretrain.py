@@ -68,9 +68,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.stop_after_steps = ml_collections.config_dict.placeholder(int)
 
     config.optimizer = opt = ml_collections.ConfigDict()
-    opt.name = "adamw"  # adamw | lamb
+    # adamw (optax/Hugging Face: bias-corrected) | bert_adamw (google-research/bert's
+    # AdamWeightDecayOptimizer: no bias correction; the papers' runs) | lamb (trust ratio on
+    # the decayed weights only). See training/optimizer.py.
+    opt.name = "adamw"
     opt.learning_rate = 5e-4  # peak learning rate
-    opt.schedule = "linear"  # linear (BERT: warmup, linear decay to 0) | cosine | constant
+    # linear (Hugging Face: warmup, then decay to 0 over the steps after it) | bert_linear
+    # (google-research/bert: decay to 0 over all steps, warmup in its place) | cosine | constant
+    opt.schedule = "linear"
     opt.warmup_steps = 30  # linear warmup from 0
     opt.b1 = 0.9
     opt.b2 = 0.999

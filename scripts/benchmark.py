@@ -58,7 +58,7 @@ from configs import pretrain as pretrain_configs
 from models import BertForMaskedLM, ModelConfig
 from models.flops import flop_count
 from training import hardware, steps
-from training.optimizer import make_optimizer
+from training.optimizer import make_optimizer, with_learning_rate
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -292,7 +292,9 @@ def hf_entry(cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict, shapes: Shape
     def train_step(state: dict[str, Any], batch: dict[str, jax.Array]):
         rng = jax.random.fold_in(jax.random.key(seed), state["step"])
         loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch, rng)
-        updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+        # The same optimizer and rate handling as training/steps.py, so both sides match.
+        opt_state = with_learning_rate(state["opt_state"], schedule(state["step"]))
+        updates, opt_state = optimizer.update(grads, opt_state, state["params"])
         new_params = optax.apply_updates(state["params"], updates)
         return ({"step": state["step"] + 1, "params": new_params, "opt_state": opt_state},
                 {"loss": loss, "learning_rate": schedule(state["step"])})

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from training.optimizer import with_learning_rate
+
 Batch = dict[str, jax.Array]
 
 
@@ -87,7 +89,11 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
             )
             (grads, sums), _ = jax.lax.scan(
                 accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
-        updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+        # The rate comes from the step, not from optax's counter: a skipped update must
+        # not shift the schedule (the logged and the applied rate stay the same).
+        learning_rate = schedule(state["step"])
+        updates, opt_state = optimizer.update(
+            grads, with_learning_rate(state["opt_state"], learning_rate), state["params"])
         params = optax.apply_updates(state["params"], updates)
         grad_norm = global_norm(grads)
         finite = jnp.isfinite(sums["loss_sum"]) & jnp.isfinite(grad_norm)
@@ -105,7 +111,7 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
             **sums,
             "grad_norm": grad_norm,
             "param_norm": global_norm(params),
-            "learning_rate": schedule(state["step"]),
+            "learning_rate": learning_rate,
             "finite": finite,
         }
         return new_state, metrics
