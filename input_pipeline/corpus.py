@@ -1,20 +1,11 @@
 """Corpora for MLM pretraining: local text files, Hugging Face hub datasets, and the
 offline default, the docstrings of the installed Python standard library.
 
-Every corpus yields *documents*; a document is a list of "sentences" (lines or
-paragraphs), the unit that packing keeps whole when it fits. Sentences of one
-document are packed together, documents never share a sequence, and the held-out
-eval split is drawn by document.
-
-How a text stream becomes documents (one `_DocumentBuilder` for files and datasets):
-  lines       BERT's create_pretraining_data format: one sentence per non-blank line,
-              a blank line ends the document. The default.
-  paragraphs  Project Gutenberg books (found by their `*** START OF` line): prose is
-              hard-wrapped, so the lines of a paragraph are joined into one sentence
-              and the whole book is one document.
-  wikitext    WikiText raw files (first non-blank line is ` = Title = `): the corpus
-              puts blank lines between all paragraphs, so instead a top-level heading
-              starts a new article (document); headings themselves are dropped.
+Every corpus streams `TextChunk`s (input_pipeline.documents): about a megabyte of
+sentences at a time, each with the number of its document. Sentences of one document
+are packed together, documents never share a sequence, and the held-out eval split is
+drawn by document. `documents()` gathers the whole corpus into lists for tests and small
+corpora; the pipeline never calls it.
 
 Corpus spec strings (`parse_corpus_spec`):
   None or "stdlib"                 the standard library docstrings (offline, ~1.5 MB)
@@ -25,17 +16,13 @@ Corpus spec strings (`parse_corpus_spec`):
 from __future__ import annotations
 
 import ast
-import codecs
 import dataclasses
 import functools
-import glob
 import hashlib
-import io
 import json
 import os
 import re
 import sysconfig
-import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -43,23 +30,31 @@ from typing import Any, Protocol
 
 from absl import logging
 
+from input_pipeline.documents import (
+    DEFAULT_CHUNK_CHARS,
+    DEFAULT_MAX_LINE_CHARS,
+    Document,
+    DocumentSink,
+    LayoutBuilder,
+    TextChunk,
+    group_documents,
+    split_long_line,
+    wikitext_heading_level,
+)
 from input_pipeline.errors import CorpusError
+from input_pipeline.textfiles import TextFileReader, expand_paths, split_spec
 
-Document = list[str]
+__all__ = [
+    "DEFAULT_CHUNK_CHARS", "DEFAULT_MAX_LINE_CHARS", "READER_VERSION", "Corpus", "Document",
+    "HubDataset", "StdlibDocstrings", "TextChunk", "TextFiles", "dataset_chunks",
+    "docstring_document", "documents_from_dataset", "expand_paths", "iter_sentences",
+    "parse_corpus_spec", "read_text_file", "stdlib_files",
+]
 
 # Bump when the reader's output changes for the same input, so that caches keyed on
-# the corpus identity are rebuilt.
-READER_VERSION = 1
-
-# Lines longer than this (characters) are cut into pieces at whitespace. A corpus
-# file with no newlines at all would otherwise become one gigantic "sentence".
-DEFAULT_MAX_LINE_CHARS = 100_000
-
-_GUTENBERG_START = re.compile(r"^\*\*\*\s*START OF", re.IGNORECASE)
-_GUTENBERG_END = re.compile(r"^\*\*\*\s*END OF", re.IGNORECASE)
-# Credits that sit inside the START/END markers of most books.
-_GUTENBERG_PRODUCED_BY = re.compile(r"^produced by\b", re.IGNORECASE)
-_GUTENBERG_END_LINE = re.compile(r"^end of (the )?project gutenberg", re.IGNORECASE)
+# the corpus identity are rebuilt. 2: streaming reader; 'lines' documents end at
+# MAX_DOCUMENT_CHARS; Gutenberg START markers only near the top of a file.
+READER_VERSION = 2
 
 # Directories of the standard library whose docstrings are not prose worth learning
 # from (test suites, the IDLE and turtle demos) or are not the standard library.
@@ -69,228 +64,42 @@ _STDLIB_SKIP_DIRS = frozenset({
 })
 
 
-# --------------------------------------------------------------------------------------
-# Decoding with a count of replaced bytes
-# --------------------------------------------------------------------------------------
+class Corpus(Protocol):
+    """What the pipeline needs from a corpus."""
 
-_replaced = threading.local()
+    def describe(self) -> str: ...  # for logs and error messages
 
+    def identity(self) -> str: ...  # cache key part: changes when the text may have
 
-def _count_and_replace(err: UnicodeError) -> tuple[str, int]:
-    """Like errors="replace", but counts the replacements (per thread)."""
-    if not isinstance(err, UnicodeDecodeError):
-        raise err
-    _replaced.count = getattr(_replaced, "count", 0) + 1
-    return "\ufffd", err.end
+    # Raises CorpusError when the corpus holds no text.
+    def chunks(self, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> Iterator[TextChunk]: ...
+
+    def documents(self) -> list[Document]: ...
 
 
-_ERRORS = "input_pipeline_count_replace"
-codecs.register_error(_ERRORS, _count_and_replace)
+def _identity(*parts: Any) -> str:
+    blob = json.dumps([READER_VERSION, *parts], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _read_lines(path: Path, max_line_chars: int) -> Iterator[tuple[str, bool]]:
-    """Yields (text, starts_line) for each line of a UTF-8 file, newline removed.
-
-    A BOM is dropped and CRLF / CR become LF. A line longer than `max_line_chars` comes
-    as several pieces of at most that length (cut at whitespace where there is some);
-    only the first piece has starts_line=True. Memory stays O(max_line_chars) even for
-    a file without any newline.
-    """
-    with open(path, "rb") as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors=_ERRORS, newline=None)
-        starts_line = True
-        carry = ""  # the unfinished tail of a long line
-        while True:
-            chunk = text.readline(max_line_chars)
-            if not chunk and not carry:
-                return
-            complete = not chunk or chunk.endswith("\n") or len(chunk) < max_line_chars
-            pieces = _split_long_line(carry + chunk.removesuffix("\n"), max_line_chars)
-            if not complete:  # more of this line follows: keep the last piece open
-                carry = pieces.pop()
-            for piece in pieces:
-                yield piece, starts_line
-                starts_line = False
-            if complete:
-                carry, starts_line = "", True
+def _finish(sink: DocumentSink, where: str, chunk_chars: int) -> Iterator[TextChunk]:
+    """The last chunks; CorpusError if the whole corpus gave no sentence."""
+    if sink.num_docs == 0:
+        raise CorpusError(f"corpus: no text found in {where}")
+    while sink.sentences:
+        yield sink.take(chunk_chars)
 
 
-def _split_long_line(line: str, max_line_chars: int) -> list[str]:
-    """Cuts an in-memory line into pieces of at most max_line_chars, at whitespace."""
-    pieces = []
-    while len(line) > max_line_chars:
-        cut = max(line.rfind(" ", 0, max_line_chars), line.rfind("\t", 0, max_line_chars))
-        if cut <= 0:
-            pieces.append(line[:max_line_chars])
-            line = line[max_line_chars:]
-        else:
-            pieces.append(line[:cut])
-            line = line[cut + 1:]
-    pieces.append(line)
-    return pieces
-
-
-# --------------------------------------------------------------------------------------
-# Lines -> documents
-# --------------------------------------------------------------------------------------
-
-
-def _wikitext_heading_level(line: str) -> int:
-    """1 for ' = Title = ', 2 for ' = = Section = = ', ...; 0 if not a heading."""
-    s = line.strip()
-    if len(s) < 5 or not (s.startswith("= ") and s.endswith(" =")):
-        return 0
-    level = 0
-    while s.startswith("= "):
-        level, s = level + 1, s[2:]
-    return level
-
-
-class _DocumentBuilder:
-    """Collects stripped lines into documents under one layout (see module docstring)."""
-
-    LAYOUTS = ("lines", "paragraphs", "wikitext")
-
-    def __init__(self, layout: str = "lines", max_sentence_chars: int = DEFAULT_MAX_LINE_CHARS):
-        assert layout in self.LAYOUTS, layout
-        self.layout = layout
-        self.max_sentence_chars = max_sentence_chars
-        self.documents: list[Document] = []
-        self.chars = 0  # characters kept so far, for max_chars budgets
-        self._doc: Document = []
-        self._para: list[str] = []
-        self._para_chars = 0
-
-    def add_line(self, line: str) -> None:
-        s = line.strip()
-        if self.layout == "lines":
-            if s:
-                self._add_sentence(s)
-            else:
-                self.end_document()
-        elif self.layout == "paragraphs":
-            if not s:
-                self._end_paragraph()
-                return
-            self._para.append(s)
-            self._para_chars += len(s) + 1
-            if self._para_chars > self.max_sentence_chars:  # one huge "paragraph"
-                self._end_paragraph()
-        else:  # wikitext
-            level = _wikitext_heading_level(s)
-            if level == 1:
-                self.end_document()
-            elif s and not level:
-                self._add_sentence(s)
-
-    def _add_sentence(self, s: str) -> None:
-        self._doc.append(s)
-        self.chars += len(s)
-
-    def _end_paragraph(self) -> None:
-        if self._para:
-            self._add_sentence(" ".join(self._para))
-            self._para, self._para_chars = [], 0
-
-    def end_document(self) -> None:
-        self._end_paragraph()
-        if self._doc:
-            self.documents.append(self._doc)
-            self._doc = []
-
-    def finish(self) -> list[Document]:
-        self.end_document()
-        return self.documents
+def _over_budget(sink: DocumentSink, max_chars: int | None) -> bool:
+    if max_chars is None or sink.total_chars < max_chars:
+        return False
+    sink.cut_at(max_chars)
+    return True
 
 
 # --------------------------------------------------------------------------------------
 # Local text files
 # --------------------------------------------------------------------------------------
-
-
-def _split_spec(paths: str | Sequence[str | os.PathLike]) -> list[str]:
-    items = paths.split(",") if isinstance(paths, str) else [os.fspath(p) for p in paths]
-    return [os.path.expanduser(p.strip()) for p in items if p.strip()]
-
-
-def _files_under(directory: str) -> list[str]:
-    """Regular files below a directory, sorted, hidden files and directories skipped."""
-    found = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found.extend(os.path.join(root, f) for f in sorted(files) if not f.startswith("."))
-    return found
-
-
-def expand_paths(paths: str | Sequence[str | os.PathLike]) -> list[Path]:
-    """Files named by a comma-separated string (or a list) of files, directories, globs.
-
-    Order is deterministic: items in the order given, each glob and directory sorted.
-    A plain path that does not exist is an error; a glob matching nothing only warns
-    (the caller raises if the corpus ends up empty).
-    """
-    out: list[Path] = []
-    for item in _split_spec(paths):
-        if any(c in item for c in "*?["):
-            matches = sorted(glob.glob(item, recursive=True))
-            if not matches:
-                logging.warning("corpus: glob %s matches no files", item)
-            for m in matches:
-                out.extend(Path(f) for f in (_files_under(m) if os.path.isdir(m) else [m]))
-        elif os.path.isdir(item):
-            out.extend(Path(f) for f in _files_under(item))
-        elif os.path.isfile(item):
-            out.append(Path(item))
-        else:
-            raise CorpusError(f"corpus: no such file or directory: {item}")
-    return list(dict.fromkeys(p.resolve() for p in out if p.is_file()))
-
-
-def read_text_file(
-    path: str | os.PathLike, max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
-    max_chars: int | None = None,
-) -> tuple[list[Document], int]:
-    """Reads one UTF-8 text file into documents; returns (documents, replaced).
-
-    `replaced` counts undecodable byte sequences, each replaced by U+FFFD (the file is
-    still used: a few bad bytes in a 30 MB book should not stop a run). Project
-    Gutenberg boilerplate is dropped: everything up to and including the line starting
-    with `*** START OF` and from the line starting with `*** END OF` on.
-    """
-    path = Path(path)
-    builder = _DocumentBuilder("lines", max_line_chars)
-    seen_text = False
-    _replaced.count = 0
-    try:
-        for line, starts_line in _read_lines(path, max_line_chars):
-            if starts_line:
-                head = line.lstrip("\ufeff").lstrip()
-                if _GUTENBERG_START.match(head):
-                    # The header (and anything before it) is licence text: start over.
-                    builder = _DocumentBuilder("paragraphs", max_line_chars)
-                    continue
-                if _GUTENBERG_END.match(head):
-                    break
-                if not seen_text and head:
-                    seen_text = True
-                    if builder.layout == "lines" and _wikitext_heading_level(head) == 1:
-                        builder = _DocumentBuilder("wikitext", max_line_chars)
-            builder.add_line(line)
-            if max_chars is not None and builder.chars >= max_chars:
-                break
-    except OSError as e:
-        raise CorpusError(f"corpus: cannot read {path}: {e.strerror or e}") from e
-    docs = builder.finish()
-    if builder.layout == "paragraphs":
-        docs = [_drop_gutenberg_credits(d) for d in docs]
-    return [d for d in docs if d], _replaced.count
-
-
-def _drop_gutenberg_credits(doc: Document) -> Document:
-    """Drops a leading 'Produced by ...' and any 'End of the Project Gutenberg ...'."""
-    if doc and _GUTENBERG_PRODUCED_BY.match(doc[0]):
-        doc = doc[1:]
-    return [s for s in doc if not _GUTENBERG_END_LINE.match(s)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,24 +125,47 @@ class TextFiles:
             stats.append([str(f), st.st_size, st.st_mtime_ns])
         return _identity("files", stats, self.max_chars, self.max_line_chars)
 
-    def documents(self) -> list[Document]:
-        docs: list[Document] = []
-        total_chars = total_replaced = 0
+    def chunks(self, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> Iterator[TextChunk]:
+        sink = DocumentSink()
+        total_replaced = 0
         for f in self.files:
-            budget = None if self.max_chars is None else self.max_chars - total_chars
-            file_docs, replaced = read_text_file(f, self.max_line_chars, budget)
-            if replaced:
-                logging.warning(
-                    "corpus: %s: %d undecodable byte sequences replaced by U+FFFD", f, replaced)
-            total_replaced += replaced
-            docs.extend(file_docs)
-            total_chars += sum(len(s) for d in file_docs for s in d)
-            if self.max_chars is not None and total_chars >= self.max_chars:
+            reader = TextFileReader(f, self.max_line_chars)
+            stop = False
+            for _ in reader.read_into(sink):
+                if _over_budget(sink, self.max_chars):
+                    stop = True
+                    break
+                yield from sink.chunks(chunk_chars)
+            sink.end_document()  # documents never span files
+            total_replaced += reader.replaced
+            if stop:
                 break
         if total_replaced:
             logging.warning("corpus: %d undecodable byte sequences replaced in total",
                             total_replaced)
-        return _nonempty(docs, self.describe())
+        yield from _finish(sink, self.describe(), chunk_chars)
+
+    def documents(self) -> list[Document]:
+        return list(group_documents(self.chunks()))
+
+
+def read_text_file(
+    path: str | os.PathLike, max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
+    max_chars: int | None = None,
+) -> tuple[list[Document], int]:
+    """Reads one UTF-8 text file into documents; returns (documents, replaced).
+
+    `replaced` counts undecodable byte sequences, each replaced by U+FFFD (the file is
+    still used: a few bad bytes in a 30 MB book should not stop a run; a file that is
+    mostly undecodable is a CorpusError). Project Gutenberg boilerplate is dropped
+    (input_pipeline.textfiles).
+    """
+    sink = DocumentSink()
+    reader = TextFileReader(path, max_line_chars)
+    for _ in reader.read_into(sink):
+        if _over_budget(sink, max_chars):
+            break
+    return list(group_documents([sink.take()])), reader.replaced
 
 
 # --------------------------------------------------------------------------------------
@@ -341,12 +173,12 @@ class TextFiles:
 # --------------------------------------------------------------------------------------
 
 
-def documents_from_dataset(
+def dataset_chunks(
     dataset: Any, text_column: str = "text", *, rows_are_documents: bool | None = None,
     max_chars: int | None = None, max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
-    name: str = "dataset",
-) -> list[Document]:
-    """Maps a `datasets.Dataset` with a text column to documents.
+    name: str = "dataset", chunk_chars: int = DEFAULT_CHUNK_CHARS,
+) -> Iterator[TextChunk]:
+    """Streams a `datasets.Dataset` with a text column as chunks, 1000 rows at a time.
 
     rows_are_documents=True: each row is one document, its non-blank lines the
     sentences (Wikipedia, BookCorpus-style rows). False: the rows are consecutive
@@ -360,25 +192,37 @@ def documents_from_dataset(
     if rows_are_documents is None:
         head = dataset[:1000][text_column]
         rows_are_documents = any("\n" in (t or "").strip() for t in head)
-    builder: _DocumentBuilder | None = None
+    sink = DocumentSink()
+    builder: LayoutBuilder | None = None
     for batch in dataset.iter(batch_size=1000):
         for row in batch[text_column]:
-            for line in (row or "").split("\n"):
-                if builder is None:  # layout decided by the first non-blank line
-                    if not line.strip():
-                        continue
-                    level = _wikitext_heading_level(line)
-                    layout = "wikitext" if level == 1 and not rows_are_documents else "lines"
-                    builder = _DocumentBuilder(layout, max_line_chars)
-                if rows_are_documents and not line.strip():
-                    continue  # blank lines inside a row separate paragraphs, not documents
-                for piece in _split_long_line(line, max_line_chars):
-                    builder.add_line(piece)
-            if builder is not None and rows_are_documents:
+            lines = (row or "").split("\n")
+            if builder is None:  # layout decided by the first non-blank line
+                first = next((line for line in lines if line.strip()), None)
+                if first is None:
+                    continue
+                wiki = wikitext_heading_level(first) == 1 and not rows_are_documents
+                builder = LayoutBuilder(sink, "wikitext" if wiki else "lines", max_line_chars)
+            if rows_are_documents:  # blank lines inside a row separate paragraphs
+                lines = [line for line in lines if line.strip()]
+            if max(map(len, lines), default=0) > max_line_chars:
+                lines = [p for line in lines for p in split_long_line(line, max_line_chars)]
+            builder.add_lines(lines)
+            if rows_are_documents:
                 builder.end_document()
-            if builder is not None and max_chars is not None and builder.chars >= max_chars:
-                return _nonempty(builder.finish(), name)
-    return _nonempty(builder.finish() if builder else [], name)
+            if _over_budget(sink, max_chars):
+                yield from _finish(sink, name, chunk_chars)
+                return
+        yield from sink.chunks(chunk_chars)
+    if builder is not None:
+        builder.end_document()
+    yield from _finish(sink, name, chunk_chars)
+
+
+def documents_from_dataset(dataset: Any, text_column: str = "text", **kwargs: Any,
+                           ) -> list[Document]:
+    """All documents of a dataset as lists (see `dataset_chunks` for the arguments)."""
+    return list(group_documents(dataset_chunks(dataset, text_column, **kwargs)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,6 +243,7 @@ class HubDataset:
         import datasets  # imported here: slow to import and only this corpus needs it
 
         try:
+            # Arrow files are memory-mapped: iterating them does not load the dataset.
             return datasets.load_dataset(self.name, self.config, split=self.split)
         except Exception as e:  # network, unknown name or config, bad split
             raise CorpusError(f"corpus: cannot load {self.describe()}: "
@@ -410,9 +255,12 @@ class HubDataset:
         fingerprint = getattr(self.dataset, "_fingerprint", None)
         return _identity("hf", self.describe(), fingerprint, self.max_chars)
 
+    def chunks(self, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> Iterator[TextChunk]:
+        return dataset_chunks(self.dataset, self.text_column, max_chars=self.max_chars,
+                              name=self.describe(), chunk_chars=chunk_chars)
+
     def documents(self) -> list[Document]:
-        return documents_from_dataset(self.dataset, self.text_column,
-                                      max_chars=self.max_chars, name=self.describe())
+        return list(group_documents(self.chunks()))
 
 
 # --------------------------------------------------------------------------------------
@@ -482,32 +330,24 @@ class StdlibDocstrings:
                  for f in stdlib_files(root)]
         return _identity("stdlib", root, stats, self.max_chars)
 
-    def documents(self) -> list[Document]:
-        docs: list[Document] = []
-        total = 0
+    def chunks(self, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> Iterator[TextChunk]:
+        sink = DocumentSink()
         for f in stdlib_files(self.root):
-            doc = docstring_document(f)
-            if doc:
-                docs.append(doc)
-                total += sum(len(s) for s in doc)
-                if self.max_chars is not None and total >= self.max_chars:
-                    break
-        return _nonempty(docs, self.describe())
+            for sentence in docstring_document(f):  # one module is one document
+                sink.add(sentence)
+            sink.end_document()
+            if self.max_chars is not None and sink.total_chars >= self.max_chars:
+                break  # whole modules: the budget is checked between documents
+            yield from sink.chunks(chunk_chars)
+        yield from _finish(sink, self.describe(), chunk_chars)
+
+    def documents(self) -> list[Document]:
+        return list(group_documents(self.chunks()))
 
 
 # --------------------------------------------------------------------------------------
 # Spec parsing
 # --------------------------------------------------------------------------------------
-
-
-class Corpus(Protocol):
-    """What the pipeline needs from a corpus."""
-
-    def describe(self) -> str: ...  # for logs and error messages
-
-    def identity(self) -> str: ...  # cache key part: changes when the text may have
-
-    def documents(self) -> list[Document]: ...  # raises CorpusError when empty
 
 
 def parse_corpus_spec(spec: str | Sequence[str] | None, max_chars: int | None = None,
@@ -525,24 +365,13 @@ def parse_corpus_spec(spec: str | Sequence[str] | None, max_chars: int | None = 
         parts += [""] * (4 - len(parts))
         return HubDataset(parts[0], parts[1] or None, parts[2] or "train",
                           parts[3] or text_column, max_chars)
-    paths = tuple(_split_spec(spec))
+    paths = tuple(split_spec(spec))
     if not paths:
         raise CorpusError(f"corpus: empty path list {spec!r}")
     return TextFiles(paths, max_chars)
 
 
-def _identity(*parts: Any) -> str:
-    blob = json.dumps([READER_VERSION, *parts], sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _nonempty(docs: list[Document], where: str) -> list[Document]:
-    if not any(any(s.strip() for s in d) for d in docs):
-        raise CorpusError(f"corpus: no text found in {where}")
-    return docs
-
-
 def iter_sentences(documents: Iterable[Document]) -> Iterator[str]:
-    """All sentences of all documents, in order (tokenizer training input)."""
+    """All sentences of all documents, in order."""
     for doc in documents:
         yield from doc

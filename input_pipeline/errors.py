@@ -13,3 +13,7 @@ class CorpusError(InputPipelineError):
 
 class TokenizerError(InputPipelineError):
     """A tokenizer file that is missing, unreadable or lacks a BERT special token."""
+
+
+class CacheError(InputPipelineError):
+    """The data cache cannot be written, e.g. 'cache: cannot write /c/x.bin: No space left'."""

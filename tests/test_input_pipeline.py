@@ -119,11 +119,11 @@ def test_huge_line_is_split_not_dropped(tmp_path):
     p = tmp_path / "long.txt"
     p.write_text(line)
     docs, _ = ip.read_text_file(p, max_line_chars=100_000)
-    pieces = docs[0]
+    pieces = [s for d in docs for s in d]  # 'lines' documents end at ~100k characters
     assert len(pieces) > 10 and max(map(len, pieces)) <= 100_000
     assert " ".join(pieces).split() == words  # cut at spaces: no word is broken
     p.write_text("x" * 250_001)  # no whitespace at all: hard cuts
-    pieces = ip.read_text_file(p, max_line_chars=100_000)[0][0]
+    pieces = [s for d in ip.read_text_file(p, max_line_chars=100_000)[0] for s in d]
     assert [len(s) for s in pieces] == [100_000, 100_000, 50_001]
 
 
