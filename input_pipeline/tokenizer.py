@@ -88,11 +88,15 @@ def _add_template(tokenizer: Tokenizer) -> Tokenizer:
 
 
 def train_tokenizer(
-    sentences: Iterable[str], vocab_size: int, out_dir: str | os.PathLike | None = None, *,
+    sentences: Iterable[str | list[str]], vocab_size: int,
+    out_dir: str | os.PathLike | None = None, *,
     lowercase: bool = True, min_frequency: int = 2, limit_alphabet: int = 1000,
 ) -> Tokenizer:
     """Trains a WordPiece vocabulary of at most `vocab_size` tokens (specials included).
 
+    `sentences` is consumed once, as a stream: strings, or lists of strings (a chunk of
+    a corpus; fewer Python round trips). The trainer keeps only word counts, so memory
+    grows with the number of distinct words, not with the corpus.
     A small corpus can give fewer tokens than asked: read the real size from
     `tokenizer.get_vocab_size()`. With `out_dir`, saves tokenizer.json and vocab.txt.
     """
@@ -202,7 +206,11 @@ class TokenizedDocs:
 def tokenize_documents(
     tokenizer: Tokenizer, documents: Sequence[Sequence[str]], batch_size: int = 8192,
 ) -> TokenizedDocs:
-    """Token ids (no special tokens, no truncation) of every sentence of every document."""
+    """Token ids (no special tokens, no truncation) of every sentence of every document.
+
+    The plain, in-memory way (tests use it as the reference); the pipeline streams
+    through input_pipeline.encoding.SentenceEncoder instead.
+    """
     doc_starts = np.zeros(len(documents) + 1, np.int64)
     np.cumsum([len(d) for d in documents], out=doc_starts[1:])
     flat = [s for d in documents for s in d]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import input_pipeline as ip
+from input_pipeline.encoding import SentenceEncoder
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -73,5 +74,55 @@ def test_a_few_bad_bytes_in_a_text_file_still_count_as_text(tmp_path, caplog):
         docs = ip.parse_corpus_spec(str(tmp_path / "latin.txt")).documents()
     assert docs[-1][-1] == "caf\ufffd au lait, na\ufffdve"
     assert any("latin.txt" in m and "2 undecodable" in m for m in messages(caplog))
+
+
+# ------------------------------------------------------------------------------------
+# Streaming (issue 12)
+# ------------------------------------------------------------------------------------
+
+
+TRICKY = [
+    "Plain words, punctuation; and (brackets)!",
+    "  double  spaces   and trailing ",
+    "tabs\tinside\tand a\u00a0no-break space, e\u0301 combining, na\u00efve caf\u00e9",
+    "CJK \u6771\u4eac\u90fd and emoji \U0001F600 and zero\u200bwidth",
+    "text that spells [MASK] and [SEP] and [CLS]",
+    "control\x07char and \ufffd replacement",
+    "x" * 150 + " a word longer than WordPiece's 100-character limit",
+    "",
+]
+
+
+def test_sentence_encoder_equals_the_tokenizer():
+    tok = ip.train_tokenizer(SENTENCES * 5 + TRICKY * 5, 300)
+    encoder = SentenceEncoder(tok)
+    assert encoder.word_level
+    reference = ip.tokenize_documents(tok, [TRICKY, SENTENCES])
+    ids, lengths = encoder(TRICKY + SENTENCES)
+    np.testing.assert_array_equal(ids, reference.tokens)
+    np.testing.assert_array_equal(lengths, np.diff(reference.sentence_starts))
+    # Again from the cache only, and after the cache was reset for its size.
+    small = SentenceEncoder(tok, max_cached_words=20)
+    for _ in range(2):
+        ids, _ = small(TRICKY + SENTENCES)
+        np.testing.assert_array_equal(ids, reference.tokens)
+    assert not tok.encode_special_tokens  # the caller's tokenizer is left as it was
+
+
+def test_sentence_encoder_falls_back_for_tokenizers_that_join_across_spaces():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    # Byte-level BPE keeps the space inside tokens ("Ġword"): not word-separable.
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(SENTENCES * 5, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    encoder = SentenceEncoder(tok)
+    assert not encoder.word_level
+    ids, lengths = encoder(SENTENCES)
+    expected = [e.ids for e in tok.encode_batch(SENTENCES, add_special_tokens=False)]
+    assert ids.tolist() == [i for e in expected for i in e]
+    assert lengths.tolist() == [len(e) for e in expected]
 
 
