@@ -45,7 +45,8 @@ def process_rows(global_batch_size: int, process_index: int, process_count: int)
 
 def _features(data: PackedSplit, rows: np.ndarray, masker: Masker,
               rngs: list[np.random.Generator]) -> dict[str, np.ndarray]:
-    input_ids = np.asarray(data.input_ids[rows])
+    # The cache may hold uint16 ids; the model always gets int32.
+    input_ids = np.asarray(data.input_ids[rows], np.int32)
     batch = masker(input_ids, rngs)
     lengths = np.asarray(data.lengths[rows])
     batch["token_type_ids"] = np.asarray(data.token_type_ids[rows], np.int32)

@@ -1,7 +1,7 @@
 """One call from a corpus spec to packed, cached pretraining data and batch iterators.
 
   data = build_pretraining_data("stdlib", workdir / "data_cache", vocab_size=8192,
-                                max_seq_length=128, max_predictions_per_seq=20)
+                                max_seq_length=128, eval_fraction=0.02)
   # or: data = from_config(config.data, workdir)
   rows = process_rows(global_batch_size, jax.process_index(), jax.process_count())
   batcher = data.batcher(global_batch_size, seed=0)
@@ -11,9 +11,12 @@
 
 Cache layout under `cache_dir`:
   tokenizer-<key>/{tokenizer.json,vocab.txt,COMPLETE}  key: corpus identity + vocab settings
-  packed-<key>/{train,eval}_*.npy, meta.json, COMPLETE  key: corpus identity, tokenizer
+  packed-<key>/{train,eval}_*.bin, meta.json, COMPLETE  key: corpus identity, tokenizer
                                                         hash, length, pair, eval fraction
-A second call with the same arguments reads both back without touching the text.
+A second call with the same arguments reads both back (verified, see
+input_pipeline.cache) without touching the text. A build streams the corpus twice when
+it trains the tokenizer (once to count words, once to pack), once otherwise; memory stays
+bounded (input_pipeline.ingest).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,9 @@ from tokenizers import Tokenizer
 from input_pipeline import cache, corpus, packing
 from input_pipeline import tokenizer as tokenizer_lib
 from input_pipeline.batches import Batcher, EvalBatches
-from input_pipeline.errors import CorpusError
+from input_pipeline.documents import DEFAULT_CHUNK_CHARS
+from input_pipeline.errors import InputPipelineError, TokenizerError
+from input_pipeline.ingest import build_packed_entry
 from input_pipeline.masking import Masker
 from input_pipeline.packing import PackedSplit
 from input_pipeline.tokenizer import SpecialIds
@@ -91,32 +96,55 @@ class PretrainingData:
                            process_count=process_count)
 
 
+def _sentence_chunks(source: corpus.Corpus, chunk_chars: int,
+                     sample: float) -> Iterator[list[str]]:
+    """The corpus for the tokenizer trainer: every chunk, or an even, deterministic
+    share of them (stratified like the eval draw, so spread over the whole corpus)."""
+    if not 0.0 < sample <= 1.0:
+        raise InputPipelineError(f"data: tokenizer_sample={sample} must be in (0, 1]")
+    for i, chunk in enumerate(source.chunks(chunk_chars)):
+        if sample == 1.0 or packing.is_eval_document(np.array([i]), sample, seed=1)[0]:
+            yield chunk.sentences
+
+
 def _get_tokenizer(source: corpus.Corpus, corpus_id: str, cache_dir: Path, vocab_size: int,
-                   lowercase: bool, min_frequency: int,
-                   documents: list[corpus.Document] | None,
-                   ) -> tuple[Tokenizer, Path, list[corpus.Document] | None]:
-    """The cached tokenizer for this corpus and settings, trained on first use."""
-    key = cache.cache_key("tokenizer", corpus_id, vocab_size, lowercase, min_frequency)
+                   lowercase: bool, min_frequency: int, chunk_chars: int, sample: float,
+                   ) -> tuple[Tokenizer, Path]:
+    """The cached tokenizer for this corpus and settings, trained on first use.
+
+    A cached one that no longer loads is set aside (renamed, with a warning) and trained
+    again: the packed cache is keyed on the tokenizer's hash, so nothing stale is reused.
+    """
+    parts = [corpus_id, vocab_size, lowercase, min_frequency]
+    if sample != 1.0:  # (keys of full-corpus tokenizers stay as they were)
+        parts += [sample, chunk_chars]
+    key = cache.cache_key("tokenizer", *parts)
     tok_dir = cache_dir / f"tokenizer-{key}"
-    if not cache.is_complete(tok_dir):
-        documents = documents if documents is not None else source.documents()
-        t0 = time.time()
-        with cache.atomic_directory(tok_dir) as tmp:
-            tokenizer_lib.train_tokenizer(corpus.iter_sentences(documents), vocab_size, tmp,
-                                          lowercase=lowercase, min_frequency=min_frequency)
-        logging.info("data: trained a %d-token WordPiece vocabulary in %.1f s -> %s",
-                     vocab_size, time.time() - t0, tok_dir)
-    return tokenizer_lib.load_tokenizer(tok_dir), tok_dir, documents
+    if cache.is_complete(tok_dir):
+        try:
+            return tokenizer_lib.load_tokenizer(tok_dir), tok_dir
+        except TokenizerError as e:
+            cache.set_aside(tok_dir, cache.DamagedEntry(tok_dir, str(e)))
+    t0 = time.time()
+    with cache.atomic_directory(tok_dir) as tmp:
+        with cache.writing(tmp):
+            tokenizer_lib.train_tokenizer(_sentence_chunks(source, chunk_chars, sample),
+                                          vocab_size, tmp, lowercase=lowercase,
+                                          min_frequency=min_frequency)
+    logging.info("data: trained a %d-token WordPiece vocabulary in %.1f s -> %s",
+                 vocab_size, time.time() - t0, tok_dir)
+    # Load what is in place: after a lost race that is the other builder's tokenizer.
+    return tokenizer_lib.load_tokenizer(tok_dir), tok_dir
 
 
 def build_pretraining_data(
     corpus_spec: str | Sequence[str] | None,
     cache_dir: str | os.PathLike,
     *,
-    vocab_size: int = 30522,
-    max_seq_length: int = 128,
+    vocab_size: int | None = None,
+    max_seq_length: int,
+    eval_fraction: float,
     pair: bool = False,
-    eval_fraction: float = 0.01,
     tokenizer: str | os.PathLike | None = None,
     lowercase: bool = True,
     max_chars: int | None = None,
@@ -125,101 +153,104 @@ def build_pretraining_data(
     max_predictions_per_seq: int = 20,
     mask_prob: float = 0.15,
     whole_word_mask: bool = False,
+    chunk_chars: int = DEFAULT_CHUNK_CHARS,
+    tokenizer_sample: float = 1.0,
+    workers: int | None = None,
 ) -> PretrainingData:
     """Reads, tokenizes, splits and packs a corpus, or loads all of it from the cache.
 
     corpus_spec: None/"stdlib", "hf:NAME[:CONFIG[:SPLIT[:COLUMN]]]", or comma-separated
       files/directories/globs (see input_pipeline.corpus).
-    cache_dir: where tokenizers and packed arrays are kept (e.g. WORKDIR/data, or a
+    cache_dir: where tokenizers and packed arrays are kept (e.g. WORKDIR/data_cache, or a
       directory shared by runs on the same corpus).
     vocab_size, lowercase, min_frequency: for training a WordPiece vocabulary; ignored
-      when `tokenizer` names an existing tokenizer.json / vocab.txt (or their directory).
+      (vocab_size may be None) when `tokenizer` names an existing tokenizer.json /
+      vocab.txt or their directory, e.g. a resumed run's own WORKDIR/tokenizer.
     max_seq_length, pair: packing (see input_pipeline.packing).
-    eval_fraction: documents held out for evaluation (at least one when > 0).
+    eval_fraction: share of documents held out for evaluation (see input_pipeline.ingest
+      for corpora with too few documents).
     max_chars: read only about this much text (quick runs, tests).
     text_column: the text column of a hub dataset (the spec's COLUMN field wins).
     max_predictions_per_seq, mask_prob, whole_word_mask: masking defaults of the result.
+    chunk_chars: text streamed per step (memory vs. per-chunk overhead).
+    tokenizer_sample: share of the corpus (in chunks, evenly spread) that trains the
+      WordPiece vocabulary; 1.0 (all of it) is the classic recipe. The trainer costs as
+      much per word as before and keeps a count of every distinct word, so for a corpus
+      of many GB a sample bounds both its time and memory (docs/INGEST.md).
+    workers: encoding processes (None: one per core, at most ingest.MAX_WORKERS).
+    The values that shape the data have no defaults here (vocab_size=None only means
+    "not given", an error unless `tokenizer` is): configs/pretrain.py holds them.
 
-    Raises CorpusError / TokenizerError / InputPipelineError (all ValueError) with one
-    line naming the bad path or argument.
+    Raises CorpusError / TokenizerError / CacheError / InputPipelineError (all
+    ValueError) with one line naming the bad path or argument.
     """
     cache_dir = Path(cache_dir)
     source = corpus.parse_corpus_spec(corpus_spec, max_chars=max_chars, text_column=text_column)
     corpus_id = source.identity()
-    documents: list[corpus.Document] | None = None
 
     if tokenizer is not None:
         tok = tokenizer_lib.load_tokenizer(tokenizer, lowercase=lowercase)
         tok_dir = Path(tokenizer)
         tok_dir = tok_dir if tok_dir.is_dir() else tok_dir.parent
+    elif vocab_size is None:
+        raise InputPipelineError("data: vocab_size is needed to train a tokenizer "
+                                 "(or pass an existing one as tokenizer=)")
     else:
-        tok, tok_dir, documents = _get_tokenizer(source, corpus_id, cache_dir, vocab_size,
-                                                 lowercase, min_frequency, documents)
+        tok, tok_dir = _get_tokenizer(source, corpus_id, cache_dir, vocab_size, lowercase,
+                                      min_frequency, chunk_chars, tokenizer_sample)
     special = SpecialIds.from_tokenizer(tok)
     tok_hash = tokenizer_lib.tokenizer_hash(tok)
 
-    meta = {"corpus": source.describe(), "corpus_identity": corpus_id,
-            "tokenizer_hash": tok_hash, "max_seq_length": max_seq_length, "pair": pair,
-            "eval_fraction": eval_fraction}
     key = cache.cache_key("packed", corpus_id, tok_hash, max_seq_length, pair, eval_fraction)
     packed_dir = cache_dir / f"packed-{key}"
-    splits = cache.load_packed(packed_dir)
-    if splits is not None:
-        meta = cache.load_meta(packed_dir)
-        logging.info("data: loaded %d train / %d eval sequences from %s",
-                     len(splits["train"]), len(splits["eval"]), packed_dir)
-    else:
+    t0 = time.time()
+    loaded = cache.load_or_set_aside(packed_dir)
+    if loaded is None:
+        meta = {"corpus": source.describe(), "corpus_identity": corpus_id,
+                "tokenizer_hash": tok_hash, "max_seq_length": max_seq_length, "pair": pair,
+                "eval_fraction": eval_fraction}
+        build_packed_entry(source, tok, special, packed_dir, max_seq_length=max_seq_length,
+                           pair=pair, eval_fraction=eval_fraction, meta=meta,
+                           chunk_chars=chunk_chars, workers=workers)
         t0 = time.time()
-        documents = documents if documents is not None else source.documents()
-        tokenized = tokenizer_lib.tokenize_documents(tok, documents)
-        train_docs, eval_docs = packing.split_documents(tokenized.num_docs, eval_fraction)
-        splits = {
-            "train": packing.pack_documents(tokenized, train_docs, special, max_seq_length, pair),
-            "eval": packing.pack_documents(tokenized, eval_docs, special, max_seq_length, pair),
-        }
-        if len(splits["train"]) == 0:
-            raise CorpusError(f"corpus: no tokens for training in {source.describe()}")
-        meta |= {
-            "num_documents": [len(train_docs), len(eval_docs)],
-            "num_sequences": [len(splits["train"]), len(splits["eval"])],
-            "num_tokens": [s.num_tokens for s in splits.values()],
-            "corpus_tokens": int(len(tokenized.tokens)),
-            "vocab_size": tok.get_vocab_size(with_added_tokens=True),
-        }
-        cache.save_packed(packed_dir, splits, meta)
-        splits = cache.load_packed(packed_dir) or splits  # memory maps, like a cache hit
-        fill = np.mean(splits["train"].lengths) / max_seq_length
-        logging.info("data: packed %d tokens of %d documents into %d train / %d eval "
-                     "sequences (%.0f%% filled) in %.1f s -> %s", len(tokenized.tokens),
-                     tokenized.num_docs, len(splits["train"]), len(splits["eval"]),
-                     100 * fill, time.time() - t0, packed_dir)
+        # Read back and verified like any cache hit (also what lands on disk is checked);
+        # after a lost race this is the other builder's entry.
+        loaded = cache.load_packed(packed_dir)
+        if loaded is None:
+            raise InputPipelineError(f"data: {packed_dir} vanished right after its build")
+    splits, meta = loaded
+    logging.info("data: %d train / %d eval sequences from %s (verified in %.1f s)",
+                 len(splits["train"]), len(splits["eval"]), packed_dir, time.time() - t0)
     return PretrainingData(splits["train"], splits["eval"], tok, special, tok_dir, packed_dir,
                            meta, max_predictions_per_seq, mask_prob, whole_word_mask)
+
+
+# config.data field -> build_pretraining_data argument (configs/pretrain.py documents them).
+CONFIG_FIELDS = {
+    "corpus": "corpus_spec", "text_column": "text_column", "max_corpus_chars": "max_chars",
+    "tokenizer": "tokenizer", "vocab_size": "vocab_size", "lowercase": "lowercase",
+    "max_seq_length": "max_seq_length", "sentence_pairs": "pair",
+    "max_predictions_per_seq": "max_predictions_per_seq", "mask_prob": "mask_prob",
+    "whole_word_mask": "whole_word_mask", "eval_fraction": "eval_fraction",
+    "cache_dir": "cache_dir",
+}
+_MISSING = object()
 
 
 def from_config(data_config: Any, workdir: str | os.PathLike) -> PretrainingData:
     """`build_pretraining_data` from the `config.data` block of configs/pretrain.py.
 
-    Fields (all optional): corpus, text_column, max_corpus_chars, tokenizer, vocab_size,
-    lowercase, max_seq_length, sentence_pairs, max_predictions_per_seq, mask_prob,
-    whole_word_mask, eval_fraction, cache_dir (None: WORKDIR/data_cache).
+    Every field of CONFIG_FIELDS must be present (configs/pretrain.py is the one place
+    with defaults); a missing one is an InputPipelineError naming it. cache_dir None
+    means WORKDIR/data_cache.
     """
-    def get(name: str, default: Any) -> Any:
-        value = getattr(data_config, name, None)
-        return default if value is None else value
-
-    cache_dir = get("cache_dir", None) or Path(workdir) / "data_cache"
-    return build_pretraining_data(
-        get("corpus", None), cache_dir,
-        vocab_size=get("vocab_size", 30522),
-        max_seq_length=get("max_seq_length", 128),
-        pair=get("sentence_pairs", False),
-        eval_fraction=get("eval_fraction", 0.01),
-        tokenizer=get("tokenizer", None),
-        lowercase=get("lowercase", True),
-        max_chars=get("max_corpus_chars", None),
-        text_column=get("text_column", "text"),
-        max_predictions_per_seq=get("max_predictions_per_seq", 20),
-        mask_prob=get("mask_prob", 0.15),
-        whole_word_mask=get("whole_word_mask", False),
-    )
+    args = {}
+    for field, arg in CONFIG_FIELDS.items():
+        value = getattr(data_config, field, _MISSING)
+        if value is _MISSING:
+            raise InputPipelineError(f"config: data.{field} is missing "
+                                     "(see configs/pretrain.py)")
+        args[arg] = value
+    corpus_spec = args.pop("corpus_spec")
+    cache_dir = args.pop("cache_dir") or Path(workdir) / "data_cache"
+    return build_pretraining_data(corpus_spec, cache_dir, **args)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import input_pipeline as ip
-from input_pipeline import cache, corpus, packing
+from input_pipeline import cache, corpus, ingest, packing, pipeline
 from input_pipeline import tokenizer as tokenizer_lib
 from input_pipeline.masking import Masker
 from input_pipeline.packing import PackedSplit
@@ -110,7 +110,8 @@ def test_empty_corpus_error_names_the_path(tmp_path):
     with pytest.raises(ip.CorpusError, match="no such file or directory: .*missing.txt"):
         ip.parse_corpus_spec(str(tmp_path / "missing.txt")).documents()
     with pytest.raises(ValueError):  # CorpusError is a ValueError
-        ip.build_pretraining_data(pattern, tmp_path / "cache", vocab_size=100)
+        ip.build_pretraining_data(pattern, tmp_path / "cache", vocab_size=100,
+                                  max_seq_length=32, eval_fraction=0.1)
 
 
 def test_huge_line_is_split_not_dropped(tmp_path):
@@ -287,8 +288,17 @@ def test_eval_split_is_deterministic_and_disjoint():
     assert len(held) == 5 and not set(train) & set(held)
     assert sorted([*train, *held]) == list(range(50))
     np.testing.assert_array_equal(held, ip.split_documents(50, 0.1)[1])
-    assert len(ip.split_documents(3, 0.01)[1]) == 1  # a few long books still get one
-    assert len(ip.split_documents(1, 0.5)[1]) == 0
+    # Stratified: every block of ceil(1/f) documents holds out its share, so any prefix
+    # of the corpus has the right count (no total needed while streaming).
+    for fraction in (0.02, 0.03, 0.25):
+        drawn = packing.is_eval_document(np.arange(10_000), fraction)
+        for n in (100, 1234, 10_000):
+            assert abs(drawn[:n].sum() - fraction * n) < 2, (fraction, n)
+    assert not packing.is_eval_document(np.arange(100), 0.0).any()
+    # A document's draw does not depend on which others are asked about.
+    some = np.array([7, 4242, 99_999])
+    np.testing.assert_array_equal(packing.is_eval_document(some, 0.02),
+                                  packing.is_eval_document(np.arange(100_000), 0.02)[some])
     a = ip.pack_documents(docs, train, SPECIAL, 32)
     b = ip.pack_documents(docs, held, SPECIAL, 32)
     both = np.concatenate([packing.content_tokens(a, SPECIAL), packing.content_tokens(b, SPECIAL)])
@@ -308,8 +318,9 @@ def test_build_packs_all_corpus_tokens_and_caches(tmp_path, monkeypatch):
     kwargs = dict(vocab_size=300, max_seq_length=32, eval_fraction=0.2, pair=True)
     data = ip.build_pretraining_data(spec, tmp_path / "cache", **kwargs)
     assert data.special == SpecialIds(0, 1, 2, 3, 4)
-    assert len(data.eval) > 0 and data.meta["num_documents"] == [14, 4]
-    assert data.train.input_ids.dtype == np.int32 and data.train.input_ids.shape[1] == 32
+    n_train, n_eval = data.meta["num_documents"]
+    assert n_train + n_eval == 18 and n_eval in (3, 4) and len(data.eval) > 0
+    assert data.train.input_ids.dtype == np.uint16 and data.train.input_ids.shape[1] == 32
     check_rows(data.train, pair=True)
     # Every token of the corpus is in exactly one sequence of train + eval.
     all_tokens = tokenizer_lib.tokenize_documents(
@@ -322,26 +333,28 @@ def test_build_packs_all_corpus_tokens_and_caches(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("rebuilt although cached")
 
-    monkeypatch.setattr(tokenizer_lib, "tokenize_documents", fail)
+    monkeypatch.setattr(ingest.SentenceEncoder, "__call__", fail)
     monkeypatch.setattr(tokenizer_lib, "train_tokenizer", fail)
-    monkeypatch.setattr(ip.TextFiles, "documents", fail)
+    monkeypatch.setattr(ip.TextFiles, "chunks", fail)
     again = ip.build_pretraining_data(spec, tmp_path / "cache", **kwargs)
     np.testing.assert_array_equal(again.train.input_ids, data.train.input_ids)
     np.testing.assert_array_equal(again.eval.token_type_ids, data.eval.token_type_ids)
     assert again.packed_dir == data.packed_dir
     monkeypatch.undo()
 
-    # A cache entry without its final marker (a killed run) is rebuilt.
+    # A cache entry without its final marker is set aside and rebuilt.
     calls = []
-    real = tokenizer_lib.tokenize_documents
-    monkeypatch.setattr(tokenizer_lib, "tokenize_documents",
+    real = ingest.build_packed_entry
+    monkeypatch.setattr(ingest, "build_packed_entry",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(pipeline, "build_packed_entry", ingest.build_packed_entry)
     train_ids = np.array(data.train.input_ids)  # a copy: the arrays are memory maps
     (data.packed_dir / cache.COMPLETE).unlink()
-    (data.packed_dir / "train_input_ids.npy").unlink()
-    (data.packed_dir / "train_input_ids.npy").write_bytes(b"garbage")
+    (data.packed_dir / "train_input_ids.bin").unlink()
+    (data.packed_dir / "train_input_ids.bin").write_bytes(b"garbage")
     rebuilt = ip.build_pretraining_data(spec, tmp_path / "cache", **kwargs)
     assert calls == [1] and cache.is_complete(rebuilt.packed_dir)
+    assert len(list((tmp_path / "cache").glob("packed-*.damaged-*"))) == 1
     np.testing.assert_array_equal(rebuilt.train.input_ids, train_ids)
     # A changed file changes the key.
     with open(tmp_path / "c" / "part0.txt", "a") as f:
@@ -349,17 +362,19 @@ def test_build_packs_all_corpus_tokens_and_caches(tmp_path, monkeypatch):
     changed = ip.build_pretraining_data(spec, tmp_path / "cache", **kwargs)
     assert calls == [1, 1] and changed.packed_dir != data.packed_dir
     assert not [p for p in (tmp_path / "cache").iterdir() if ".tmp-" in p.name]
+    assert rebuilt.meta["corpus_identity"] and rebuilt.meta["tokenizer_hash"]
 
 
 def test_failed_cache_write_leaves_nothing_complete(tmp_path, monkeypatch):
     write_corpus(tmp_path / "c")
 
     def crash(*args, **kwargs):
-        raise KeyboardInterrupt  # as if the run were killed while writing
+        raise KeyboardInterrupt  # as if the run were interrupted while writing
 
-    monkeypatch.setattr(np, "save", crash)
+    monkeypatch.setattr(cache, "append_array", crash)
     with pytest.raises(KeyboardInterrupt):
-        ip.build_pretraining_data(str(tmp_path / "c"), tmp_path / "cache", vocab_size=200)
+        ip.build_pretraining_data(str(tmp_path / "c"), tmp_path / "cache", vocab_size=200,
+                                  max_seq_length=32, eval_fraction=0.1)
     assert not list((tmp_path / "cache").glob("packed-*"))
     assert not list((tmp_path / "cache").glob(".*tmp-*"))
 
@@ -368,7 +383,8 @@ def test_load_tokenizer_instead_of_training(tmp_path):
     write_corpus(tmp_path / "c")
     tok = ip.train_tokenizer(ENGLISH * 2, 150, tmp_path / "tok")
     data = ip.build_pretraining_data(str(tmp_path / "c"), tmp_path / "cache",
-                                     tokenizer=tmp_path / "tok", max_seq_length=16)
+                                     tokenizer=tmp_path / "tok", max_seq_length=16,
+                                     eval_fraction=0.1)
     assert data.tokenizer_dir == tmp_path / "tok" and data.vocab_size == tok.get_vocab_size()
     assert not list((tmp_path / "cache").glob("tokenizer-*"))
 

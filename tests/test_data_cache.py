@@ -1,0 +1,250 @@
+"""The packed data cache under damage, interruption, full disks and concurrent builders.
+
+Issue 11 items 10 and 14, issue 12's reliability list. Tiny corpora in tmp_path; the
+subprocess tests run a few seconds each.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import input_pipeline as ip
+from input_pipeline import cache
+
+REPO = Path(__file__).resolve().parents[1]
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A journey of a thousand miles begins with a single step.",
+    "All that glitters is not gold, and not all those who wander are lost.",
+    "The function returns a list of the items in the order they were added.",
+    "It was the best of times, it was the worst of times.",
+    "Call me Ishmael. Some years ago I went to sea to see the watery part of the world.",
+]
+
+
+def write_corpus(directory: Path, num_docs: int = 40, seed: int = 0) -> Path:
+    """One BERT-format file: a sentence per line, a blank line between documents."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    docs = ["\n".join(SENTENCES[int(i)] for i in rng.integers(0, len(SENTENCES), 6))
+            for _ in range(num_docs)]
+    path = directory / "corpus.txt"
+    path.write_text("\n\n".join(docs) + "\n")
+    return path
+
+
+def build(corpus: Path, cache_dir: Path, **kwargs) -> ip.PretrainingData:
+    args = dict(vocab_size=200, max_seq_length=32, eval_fraction=0.1)
+    args.update(kwargs)
+    return ip.build_pretraining_data(str(corpus), cache_dir, **args)
+
+
+def arrays(data: ip.PretrainingData) -> dict[str, np.ndarray]:
+    return {f"{name}_{field}": np.array(getattr(split, field))
+            for name, split in (("train", data.train), ("eval", data.eval))
+            for field in ("input_ids", "token_type_ids", "lengths")}
+
+
+def assert_same_arrays(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def array_files(packed_dir: Path) -> list[Path]:
+    return sorted(p for p in packed_dir.iterdir() if "input_ids" in p.name)
+
+
+def set_aside(cache_dir: Path) -> list[Path]:
+    return sorted(cache_dir.glob("packed-*.damaged-*"))
+
+
+def leftovers(cache_dir: Path) -> list[Path]:
+    """Temporary build directories left in the cache (none after any build ends)."""
+    return [p for p in cache_dir.iterdir() if ".tmp-" in p.name] if cache_dir.exists() else []
+
+
+def messages(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+# ------------------------------------------------------------------------------------
+# Damaged entries (issue 11 items 10 and 14)
+# ------------------------------------------------------------------------------------
+
+
+def test_corrupted_token_ids_are_detected_set_aside_and_rebuilt(tmp_path, caplog):
+    corpus = write_corpus(tmp_path / "c")
+    data = build(corpus, tmp_path / "cache")
+    good = arrays(data)
+    target = array_files(data.packed_dir)[-1]  # train input ids
+    del data  # drop the memory maps before writing under them
+    raw = bytearray(target.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # one flipped byte in the middle of the token ids
+    target.write_bytes(bytes(raw))
+
+    with caplog.at_level(logging.WARNING):
+        again = build(corpus, tmp_path / "cache")
+    assert_same_arrays(arrays(again), good)  # rebuilt, not the damaged ids
+    aside = set_aside(tmp_path / "cache")
+    assert len(aside) == 1 and (aside[0] / target.name).is_file()  # kept for inspection
+    warned = [m for m in messages(caplog) if target.name in m]
+    assert len(warned) == 1 and str(aside[0]) in warned[0], messages(caplog)
+    assert cache.is_complete(again.packed_dir)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "missing"])
+def test_damaged_meta_json_is_rebuilt_with_a_warning_naming_it(tmp_path, caplog, damage):
+    corpus = write_corpus(tmp_path / "c")
+    data = build(corpus, tmp_path / "cache")
+    good = arrays(data)
+    meta = data.packed_dir / "meta.json"
+    del data
+    if damage == "garbage":
+        meta.write_bytes(b"\x00\x13not json")
+    elif damage == "truncated":
+        meta.write_text(meta.read_text()[:40])
+    else:
+        meta.unlink()
+    with caplog.at_level(logging.WARNING):
+        again = build(corpus, tmp_path / "cache")
+    assert_same_arrays(arrays(again), good)
+    assert again.meta["corpus_identity"] and again.meta["tokenizer_hash"]
+    warned = [m for m in messages(caplog) if "meta.json" in m]
+    assert len(warned) == 1 and str(meta) in warned[0], messages(caplog)
+    assert len(set_aside(tmp_path / "cache")) == 1
+
+
+def test_truncated_array_file_is_rebuilt(tmp_path, caplog):
+    corpus = write_corpus(tmp_path / "c")
+    data = build(corpus, tmp_path / "cache")
+    good = arrays(data)
+    target = array_files(data.packed_dir)[0]
+    del data
+    target.write_bytes(target.read_bytes()[:-7])
+    with caplog.at_level(logging.WARNING):
+        again = build(corpus, tmp_path / "cache")
+    assert_same_arrays(arrays(again), good)
+    assert any(target.name in m for m in messages(caplog))
+
+
+# ------------------------------------------------------------------------------------
+# Interrupted, failing and concurrent builds (issue 12)
+# ------------------------------------------------------------------------------------
+
+
+def run_python(code: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_unreadable_corpus_file_is_one_error_naming_it(tmp_path, monkeypatch):
+    corpus = write_corpus(tmp_path / "c")
+    (tmp_path / "c" / "zz_locked.txt").write_text("More text here.\n")
+    real_open = open
+
+    def deny(path, *args, **kwargs):  # root reads any file, so fake the EACCES
+        if str(path).endswith("zz_locked.txt"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", deny)
+    with pytest.raises(ip.CorpusError, match=r"zz_locked\.txt.*Permission denied") as err:
+        build(corpus.parent, tmp_path / "cache")
+    assert "\n" not in str(err.value)
+    assert not list((tmp_path / "cache").glob("packed-*"))
+    assert not leftovers(tmp_path / "cache")
+
+
+def test_full_disk_during_cache_write_is_one_error_and_nothing_complete(tmp_path):
+    """RLIMIT_FSIZE makes the kernel refuse writes past a size, as a full disk does."""
+    corpus = write_corpus(tmp_path / "c", num_docs=400)
+    ip.train_tokenizer(SENTENCES * 3, 200, tmp_path / "tok")
+    result = run_python(f"""
+        import resource, signal
+        import input_pipeline as ip
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16_000, 16_000))
+        try:
+            ip.build_pretraining_data({str(corpus)!r}, {str(tmp_path / 'cache')!r},
+                                      tokenizer={str(tmp_path / 'tok')!r},
+                                      max_seq_length=32, eval_fraction=0.1)
+        except ValueError as e:
+            print(f"error: {{type(e).__name__}}: {{e}}")
+        """, tmp_path)
+    lines = result.stdout.strip().splitlines()
+    assert result.returncode == 0 and len(lines) == 1, (result.stdout, result.stderr[-2000:])
+    assert lines[0].startswith("error: CacheError: ") and str(tmp_path / "cache") in lines[0]
+    assert not list((tmp_path / "cache").glob("packed-*"))
+    assert not leftovers(tmp_path / "cache")
+
+
+def test_build_killed_mid_write_restarts_cleanly(tmp_path):
+    """SIGKILL while the cache is being written, then an ordinary rebuild."""
+    corpus = write_corpus(tmp_path / "c", num_docs=400)
+    tok_dir = tmp_path / "tok"
+    ip.train_tokenizer(SENTENCES * 3, 200, tok_dir)
+    kwargs = dict(tokenizer=tok_dir, max_seq_length=32, eval_fraction=0.1)
+    reference = arrays(ip.build_pretraining_data(str(corpus), tmp_path / "ref", **kwargs))
+    result = run_python(f"""
+        import os, signal, numpy as np
+        import input_pipeline as ip
+        calls = []
+        # Every write of cache arrays goes through the module's append helper.
+        from input_pipeline import cache
+        real_append = cache.append_array
+        def append(f, array):
+            calls.append(1)
+            if len(calls) == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            real_append(f, array)
+        cache.append_array = append
+        ip.build_pretraining_data({str(corpus)!r}, {str(tmp_path / 'cache')!r},
+                                  tokenizer={str(tok_dir)!r}, max_seq_length=32,
+                                  eval_fraction=0.1, chunk_chars=2000)
+        """, tmp_path)
+    assert result.returncode == -9, result.stderr[-2000:]
+    assert leftovers(tmp_path / "cache") and not list((tmp_path / "cache").glob("packed-*"))
+    data = ip.build_pretraining_data(str(corpus), tmp_path / "cache", **kwargs)
+    assert_same_arrays(arrays(data), reference)
+    # The dead builder's temporary directory is cleaned up by the next build.
+    assert not leftovers(tmp_path / "cache")
+
+
+def test_two_processes_building_the_same_cache(tmp_path):
+    corpus = write_corpus(tmp_path / "c", num_docs=300)
+    code = f"""
+        import json, sys
+        import numpy as np
+        import input_pipeline as ip
+        data = ip.build_pretraining_data({str(corpus)!r}, {str(tmp_path / 'cache')!r},
+                                         vocab_size=200, max_seq_length=32,
+                                         eval_fraction=0.1)
+        print(json.dumps([str(data.packed_dir), int(np.asarray(data.train.input_ids,
+                          np.int64).sum()), len(data.train), len(data.eval)]))
+        """
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    results = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
+    assert results[0] == results[1]  # one tokenizer, one cache entry, the same arrays
+    assert len(list((tmp_path / "cache").glob("packed-*"))) == 1
+    assert len(list((tmp_path / "cache").glob("tokenizer-*"))) == 1
+    assert not leftovers(tmp_path / "cache")
+    data = ip.build_pretraining_data(str(corpus), tmp_path / "cache", vocab_size=200,
+                                     max_seq_length=32, eval_fraction=0.1)
+    assert str(data.packed_dir) == results[0][0]
