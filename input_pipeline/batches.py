@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
+from absl import logging
 
 from input_pipeline.errors import InputPipelineError
 from input_pipeline.masking import Masker
@@ -64,6 +65,11 @@ class Batcher:
             raise InputPipelineError("batches: the training split has no sequences")
         if global_batch_size < 1:
             raise InputPipelineError(f"batches: global_batch_size={global_batch_size} < 1")
+        if len(data) < global_batch_size:
+            logging.warning("batches: the training split has %d sequences, fewer than the "
+                            "global batch of %d: every batch repeats sequences (a corpus "
+                            "this small is a smoke test, not pretraining)",
+                            len(data), global_batch_size)
         self.data = data
         self.masker = masker
         self.global_batch_size = global_batch_size

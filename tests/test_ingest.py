@@ -19,6 +19,7 @@ import pytest
 import input_pipeline as ip
 from input_pipeline import ingest, packing
 from input_pipeline.encoding import SentenceEncoder
+from input_pipeline.tokenizer import SpecialIds
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -122,6 +123,22 @@ def test_a_few_bad_bytes_in_a_text_file_still_count_as_text(tmp_path, caplog):
         docs = ip.parse_corpus_spec(str(tmp_path / "latin.txt")).documents()
     assert docs[-1][-1] == "caf\ufffd au lait, na\ufffdve"
     assert any("latin.txt" in m and "2 undecodable" in m for m in messages(caplog))
+
+
+def test_training_split_smaller_than_a_batch_warns_with_the_counts(caplog):
+    ids = np.zeros((5, 8), np.int32)
+    ids[:, 0], ids[:, 1:6], ids[:, 6] = 2, 7, 3
+    split = ip.PackedSplit(ids, np.zeros_like(ids, np.int8), np.full(5, 7, np.int32))
+    masker = ip.Masker(SpecialIds(0, 1, 2, 3, 4), 50, max_predictions=2)
+    with caplog.at_level(logging.WARNING):
+        batcher = ip.Batcher(split, masker, 32, seed=0)
+    warned = [m for m in messages(caplog) if "5" in m and "32" in m]
+    assert len(warned) == 1, messages(caplog)
+    assert batcher.batch(0)["input_ids"].shape == (32, 8)  # still works, rows repeat
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        ip.Batcher(split, masker, 4, seed=0)
+    assert not messages(caplog)
 
 
 # ------------------------------------------------------------------------------------
