@@ -12,10 +12,10 @@ finished (task, lr, seed) runs.
 
 from __future__ import annotations
 
-import sys
-
 from absl import app, flags, logging
 from ml_collections import config_flags
+
+from training import cli
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "configs/glue.py[:ARGS]", lock_config=True)
@@ -27,17 +27,11 @@ def main(argv: list[str]) -> None:
     del argv
     if FLAGS["verbosity"].present == 0:
         logging.set_verbosity(logging.WARNING)  # keep the console to our progress lines
-    from training.finetune import Preempted, run
+    from training.finetune import run
 
-    try:
-        run(FLAGS.config, FLAGS.workdir)
-    except Preempted as e:
-        print(e, flush=True)  # a clean stop: the rerun continues from the checkpoint
-    except (ValueError, RuntimeError, OSError) as e:
-        logging.error("%s: %s", type(e).__name__, e)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    # SIGTERM/SIGINT checkpoint the current fine-tuning run and exit cli.EXIT_STOPPED.
+    cli.run(lambda: run(FLAGS.config, FLAGS.workdir))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

@@ -5,18 +5,20 @@
       --config.data.corpus=../shared/data/corpus --config.num_train_steps=2000 --workdir DIR
 
 Rerunning the same command in the same --workdir resumes from its last
-checkpoint; SIGTERM/SIGINT save the current step first. Multi-process: every
-process runs this same command with the environment described in
-maybe_initialize_distributed().
+checkpoint; SIGTERM/SIGINT save the current step first and exit with code 75
+(training/cli.py: EXIT_STOPPED), so `train.py ... && eval_glue.py ...` stops there.
+Multi-process: every process runs this same command with the environment described
+in maybe_initialize_distributed().
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
+
+from training import cli
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "configs/pretrain.py[:ARGS]", lock_config=True)
@@ -49,16 +51,12 @@ def main(argv: list[str]) -> None:
         # Orbax and JAX log every step at INFO; keep the console to our progress lines.
         logging.set_verbosity(logging.WARNING)
     maybe_initialize_distributed()
-    from training.pretrain import TrainingError, train_and_evaluate  # after distributed init
+    from training.pretrain import train_and_evaluate  # after distributed init
 
-    try:
-        train_and_evaluate(FLAGS.config, FLAGS.workdir)
-    except (ValueError, TrainingError, OSError) as e:
-        # Bad input or a run that cannot go on: one line naming the cause, exit 1.
-        logging.error("%s: %s", type(e).__name__, e)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    # Bad input or a run that cannot go on: one `error:` line naming the cause, exit 1;
+    # stopped by a signal after saving: exit cli.EXIT_STOPPED.
+    cli.run(lambda: train_and_evaluate(FLAGS.config, FLAGS.workdir))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

@@ -23,7 +23,8 @@ TH_DROPOUT_NOISE = ("elementwise", "shared_queries")
 # Fields that change how the model is computed, not its parameters: a checkpoint
 # saved with other values of these restores and continues.
 EXECUTION_FIELDS = ("dropout_rate", "attention_dropout_rate", "dtype", "remat",
-                    "attention_impl", "sparse_final_layer", "size")
+                    "attention_impl", "sparse_final_layer", "size", "talking_heads.impl",
+                    "talking_heads.query_chunk_size", "talking_heads.dropout_noise")
 
 
 class ConfigError(ValueError):

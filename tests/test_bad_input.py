@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from test_train import REPO, tiny_config, write_corpus
+from test_train import REPO, tiny_args, tiny_config, write_corpus
 
 from training.pretrain import TrainingError, train_and_evaluate
 
@@ -50,6 +50,10 @@ CASES = {
     "heads not dividing width": (lambda c, t: c.model.update(num_heads=5),
                                  "model.num_heads=5 does not divide model.hidden_size=32"),
     "zero key size": (lambda c, t: c.model.update(key_size=0), "model.key_size=0"),
+    "zero log interval": (lambda c, t: c.update(log_every_steps=0), "log_every_steps=0"),
+    "zero eval interval": (lambda c, t: c.update(eval_every_steps=0), "eval_every_steps=0"),
+    "zero checkpoint interval": (lambda c, t: c.update(checkpoint_every_steps=0),
+                                 "checkpoint_every_steps=0"),
 }
 
 
@@ -77,15 +81,54 @@ def test_workdir_with_another_architecture_is_refused(corpus, tmp_path):
         train_and_evaluate(config, workdir)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--config.model.colour=blue"], "colour"),
-    (["--config.data.corpus=/no/such/dir/*.txt"], "/no/such/dir"),
+@pytest.mark.parametrize("script,config,args,message", [
+    ("train.py", "configs/pretrain.py:size=micro", ["--config.model.colour=blue"], "colour"),
+    ("train.py", "configs/pretrain.py:size=micro", ["--config.nope=3"], "config.nope"),
+    ("train.py", "configs/pretrain.py:size=micro", ["--config.num_train_steps=many"],
+     "num_train_steps"),
+    ("train.py", "configs/pretrain.py:size=nope", [], "model.size='nope' is unknown"),
+    ("train.py", "configs/pretrain.py:colour=blue", [], "unknown config arg(s) ['colour']"),
+    ("train.py", "configs/pretrain.py:size", [], "'size' is not of the form key=value"),
+    ("train.py", "configs/pretrain.py:size=micro", ["--config.log_every_steps=0"],
+     "log_every_steps=0"),
+    ("train.py", "configs/pretrain.py:size=micro", ["--config.data.corpus=/no/such/dir/*.txt"],
+     "/no/such/dir"),
+    ("eval_glue.py", "configs/glue.py:task=rte", ["--config.colour=blue"], "config.colour"),
+    ("eval_glue.py", "configs/glue.py:colour=blue", [], "unknown config arg(s) ['colour']"),
 ])
-def test_command_line_errors_exit_non_zero_with_one_line(args, message, tmp_path):
-    command = [sys.executable, "train.py", "--config", "configs/pretrain.py:size=micro",
-               "--workdir", str(tmp_path / "run"), *args]
+def test_command_line_errors_exit_non_zero_with_one_line(script, config, args, message,
+                                                         tmp_path):
+    command = [sys.executable, script, "--config", config, "--workdir", str(tmp_path / "run"),
+               *args]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
-    assert message in result.stderr
-    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(error_lines) <= 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and message in last, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 700 KiB filesystem (tmpfs; needs root): room for the run's small files, not
+    for a checkpoint."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(mount)],
+                          capture_output=True)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root?)")
+    yield str(mount)
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_error_line(corpus, small_disk):
+    text, cache = corpus
+    command = [sys.executable, "train.py", "--config", "configs/pretrain.py:size=micro",
+               "--workdir", os.path.join(small_disk, "run"), *tiny_args(text, cache, steps=10),
+               "--config.model.hidden_size=128", "--config.model.mlp_dim=512"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and "no space left" in last.lower(), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert not os.path.exists(os.path.join(small_disk, "run", "final_metrics.json"))

@@ -12,6 +12,7 @@ from test_train import tiny_config, write_corpus
 from configs import glue as glue_configs
 from models.hf_import import CheckpointError
 from training import finetune
+from training.cli import Stopped
 from training.pretrain import train_and_evaluate
 
 POSITIVE = ["good", "great", "lovely", "fine", "happy"]
@@ -118,7 +119,7 @@ def test_preempted_fine_tuning_resumes_to_the_same_result(pretrained_workdir, tm
 
     monkeypatch.setattr(preemption.PreemptionFlag, "requested", stop_at_step_7)
     run_dir = tmp_path / "resumed"
-    with pytest.raises(finetune.Preempted, match="at step 7"):
+    with pytest.raises(Stopped, match="at step 7"):
         finetune.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
     assert not (run_dir / "result.json").exists()
     monkeypatch.undo()

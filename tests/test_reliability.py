@@ -15,6 +15,7 @@ import pytest
 from test_train import REPO, final_params, tiny_args, tiny_config, write_corpus
 
 from training.checkpoints import Checkpointer
+from training.cli import EXIT_STOPPED
 from training.pretrain import TrainingError, train_and_evaluate
 
 STEPS = 24
@@ -81,7 +82,8 @@ def test_sigterm_saves_the_current_step_and_a_rerun_continues(corpus, straight, 
     wait_for_line(proc, "step 7/")
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err[-2000:]
+    # Stopped is not finished: `train.py && eval_glue.py` must not go on.
+    assert proc.returncode == EXIT_STOPPED, err[-2000:]
     saved = int(out.split("SIGTERM: saved step ")[1].split(";")[0])
     assert saved >= 7
     assert saved in Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True).all_steps()

@@ -101,7 +101,7 @@ def test_loss_falls_and_tensorboard_has_the_scalars(corpus, tmp_path):
 
 def final_params(workdir: str):
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True)
-    state, _, step = checkpointer.restore_raw()
+    state, _, step = checkpointer.restore()
     return step, state["params"]
 
 

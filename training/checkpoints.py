@@ -2,15 +2,27 @@
 run's config as JSON, keeping the last K and the best by a metric.
 
 Orbax writes each step into a temporary directory and renames it when complete,
-so a run killed mid-save leaves no checkpoint that looks finished. A latest
-checkpoint that still fails to restore is skipped with a warning naming it, and
-the one before is used.
+so a run killed mid-save leaves no checkpoint that looks finished. Orbax does not
+verify what it reads back, so every save also writes `sha256sums.json` into the
+step's directory, and a restore checks every file against it first.
+
+A checkpoint that fails that check, or cannot be read, is *damaged*: restore warns
+naming the file, moves the step's directory to `<checkpoints>-damaged/<step>-<time>`
+(never deleted, and the run can save that step again later) and falls back to the
+checkpoint before. A checkpoint whose files are intact but that does not fit the
+state being restored (another architecture, another version of this code) is not
+damage: that is an error naming the directory, and nothing is moved.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import logging as std_logging
 import os
+import shutil
+import time
 from typing import Any
 
 import jax
@@ -18,8 +30,16 @@ import orbax.checkpoint as ocp
 from absl import logging
 from orbax.checkpoint import checkpoint_managers as policies
 
+from training.files import write_json_atomic
 
-class _DropReadOnlyNotices:
+CHECKSUMS = "sha256sums.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, damaged or does not fit; the message names the path."""
+
+
+class _DropReadOnlyNotices(std_logging.Filter):
     """Orbax warns on every read-only open; eval_glue.py opens read-only by design."""
 
     def filter(self, record) -> bool:
@@ -27,11 +47,22 @@ class _DropReadOnlyNotices:
         return "read_only=True" not in message and "directory is read only" not in message
 
 
-logging.get_absl_logger().addFilter(_DropReadOnlyNotices())
+_READ_ONLY_FILTER = _DropReadOnlyNotices()
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that is missing or does not fit; the message names the path."""
+def file_digests(directory: str) -> dict[str, str]:
+    """sha256 of every file below `directory` (relative paths), the manifest excluded."""
+    digests = {}
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            relative = os.path.relpath(path, directory)
+            if relative == CHECKSUMS:
+                continue
+            with open(path, "rb") as f:
+                digests[relative] = hashlib.file_digest(f, "sha256").hexdigest()
+    return digests
 
 
 class Checkpointer:
@@ -44,6 +75,9 @@ class Checkpointer:
         read_only: bool = False,
     ):
         self.directory = os.path.abspath(directory)
+        self.read_only = read_only
+        if read_only:
+            logging.get_absl_logger().addFilter(_READ_ONLY_FILTER)
         keep = [policies.LatestN(n=max(keep_last, 1))]
         if best_metric:
             keep.append(
@@ -74,8 +108,12 @@ class Checkpointer:
         steps = self.all_steps()
         return steps[-1] if steps else None
 
-    # -- save / restore -----------------------------------------------------------
+    def step_directory(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
+
+    # -- save ---------------------------------------------------------------------
     def save(self, step: int, state: Any, config: dict[str, Any], metrics=None) -> None:
+        self._check_free_space(step, state)
         self.manager.save(
             step,
             args=ocp.args.Composite(
@@ -86,59 +124,130 @@ class Checkpointer:
             force=True,
         )
         self.manager.wait_until_finished()
+        if jax.process_index() == 0 and step in self.manager.all_steps():
+            directory = self.step_directory(step)
+            write_json_atomic(os.path.join(directory, CHECKSUMS), file_digests(directory))
 
-    def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
-        """(state, config, step) from `step` or the newest checkpoint that restores."""
+    def _check_free_space(self, step: int, state: Any) -> None:
+        """Fails before writing when the checkpoint cannot fit: orbax's writer threads
+        meeting a full disk leave a broken save and report it from every thread."""
+        needed = sum(x.nbytes for x in jax.tree.leaves(state)) + 2**20
+        free = shutil.disk_usage(self.directory).free
+        if free < needed:
+            raise OSError(errno.ENOSPC, f"no space left for checkpoint {step} "
+                          f"({needed / 2**20:.1f} MiB needed, {free / 2**20:.1f} MiB free)",
+                          self.directory)
+
+    # -- verify and set aside -----------------------------------------------------
+    def verify(self, step: int) -> bool:
+        """True if every file matches the checksums written at save; False if the
+        checkpoint predates them. Raises CheckpointError naming a damaged file."""
+        directory = self.step_directory(step)
+        manifest = os.path.join(directory, CHECKSUMS)
+        if not os.path.exists(manifest):
+            logging.warning("checkpoint %s has no %s (saved by an older version, or killed "
+                            "just after saving); restoring it unverified", directory, CHECKSUMS)
+            return False
+        try:
+            with open(manifest) as f:
+                expected = json.load(f)
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"{manifest} is unreadable ({e})") from e
+        actual = file_digests(directory)
+        for name in sorted(set(expected) | set(actual)):
+            if name not in actual:
+                raise CheckpointError(f"{os.path.join(directory, name)} is missing")
+            if expected.get(name) != actual[name]:
+                raise CheckpointError(f"{os.path.join(directory, name)} does not match its "
+                                      f"checksum in {CHECKSUMS}")
+        return True
+
+    def set_aside(self, step: int) -> str | None:
+        """Moves a damaged step out of the way (read-only: leaves it); returns where to."""
+        if self.read_only:
+            return None
+        target = os.path.join(f"{self.directory}-damaged",
+                              f"{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if jax.process_index() == 0:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.move(self.step_directory(step), target)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(f"checkpoint {step} set aside")
+        self.manager.reload()
+        return target
+
+    # -- restore ------------------------------------------------------------------
+    def restore(self, abstract_state: Any | None = None, step: int | None = None,
+                check_config=None) -> tuple[Any, dict, int]:
+        """(state, config, step) from `step` or the newest checkpoint that restores.
+
+        abstract_state: ShapeDtypeStructs (with shardings) to restore onto; None
+          restores the arrays as saved, onto this process's first device (readers
+          such as eval_glue.py, whatever layout saved them).
+        check_config: called with the saved config before any array is read; it
+          raises to refuse a checkpoint of another run.
+        Damaged checkpoints are set aside (see module docstring) and the previous
+        one is tried; an intact one that does not fit raises CheckpointError.
+        """
         candidates = [step] if step is not None else list(reversed(self.all_steps()))
         if not candidates:
             raise CheckpointError(f"{self.directory}: no checkpoint to restore")
-        last_error: Exception | None = None
+        damaged: list[str] = []
         for candidate in candidates:
             try:
+                verified = self.verify(candidate)
+                config = self._restore_config(candidate)
+            except Exception as e:  # noqa: BLE001 - unreadable or damaged
+                damaged.append(self._damaged(candidate, e))
+                continue
+            if check_config is not None:
+                check_config(config)
+            try:
+                target = abstract_state
+                if target is None:
+                    target = self._as_saved(candidate)
                 restored = self.manager.restore(
-                    candidate,
-                    args=ocp.args.Composite(
-                        state=ocp.args.StandardRestore(abstract_state),
-                        config=ocp.args.JsonRestore(),
-                    ),
-                )
-                return restored["state"], dict(restored["config"]), candidate
-            except Exception as e:  # noqa: BLE001 - any failure means "unusable"
-                last_error = e
-                logging.warning(
-                    "checkpoint %s is unreadable (%s: %s); trying the previous one",
-                    os.path.join(self.directory, str(candidate)), type(e).__name__,
-                    str(e).splitlines()[0] if str(e) else "",
-                )
-        raise CheckpointError(
-            f"{self.directory}: no checkpoint restores (last error: {last_error})"
-        )
+                    candidate, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
+            except Exception as e:  # noqa: BLE001
+                if verified:  # intact files that do not fit: not damage, do not move them
+                    raise CheckpointError(
+                        f"{self.step_directory(candidate)} does not fit this run's state "
+                        f"(another architecture or version of this code?): "
+                        f"{type(e).__name__}: {_first_line(e)}") from e
+                damaged.append(self._damaged(candidate, e))
+                continue
+            return restored["state"], config, candidate
+        raise CheckpointError(f"{self.directory}: no checkpoint restores; damaged: "
+                              + "; ".join(damaged))
 
-    def saved_config(self, step: int | None = None) -> dict:
-        """The run config stored with a checkpoint (cheap: no arrays are read)."""
-        step = step if step is not None else self.latest_step()
-        only_config = ocp.args.Composite(config=ocp.args.JsonRestore())
-        restored = self.manager.restore(step, args=only_config)
-        return dict(restored["config"])
+    def _restore_config(self, step: int) -> dict:
+        restored = self.manager.restore(
+            step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))
+        config = restored["config"]
+        if not isinstance(config, dict):
+            raise CheckpointError(f"{self.step_directory(step)}/config holds no JSON object")
+        return dict(config)
 
-    def restore_raw(self, step: int | None = None) -> tuple[dict, dict, int]:
-        """(state as nested dicts of arrays, config, step) without a target structure."""
-        step = step if step is not None else self.latest_step()
-        if step is None:
-            raise CheckpointError(f"{self.directory}: no checkpoint to restore")
-        # Restore onto this process's first device whatever layout (device count,
-        # process count) saved it: readers such as eval_glue.py need plain arrays.
+    def _as_saved(self, step: int) -> Any:
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         metadata = self.manager.item_metadata(step)["state"]
-        target = jax.tree.map(
+        return jax.tree.map(
             lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
-        restored = self.manager.restore(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(target), config=ocp.args.JsonRestore()
-            ),
-        )
-        return restored["state"], dict(restored["config"]), step
+
+    def _damaged(self, step: int, error: Exception) -> str:
+        where = self.set_aside(step)
+        moved = f"; moved to {where}" if where else ""
+        reason = f"{type(error).__name__}: {_first_line(error)}"
+        logging.warning("checkpoint %s is damaged (%s)%s; trying the previous one",
+                        self.step_directory(step), reason, moved)
+        return f"{self.step_directory(step)} ({reason}){moved}"
 
     def close(self) -> None:
         self.manager.close()
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error)
+    return text.splitlines()[0] if text else ""

@@ -30,15 +30,13 @@ import glue
 from models import BertForSequenceClassification, BertModel, ModelConfig
 from models.hf_import import CheckpointError
 from training import checkpoints, metrics
+from training.cli import Stopped
 from training.files import write_json_atomic, write_text_atomic
-from training.optimizer import decay_mask
+from training.optimizer import make_optimizer, with_learning_rate
 from training.preemption import PreemptionFlag
+from training.workdir import WorkdirLock
 
 ALL_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
-
-
-class Preempted(Exception):
-    """SIGTERM/SIGINT arrived; the current run was checkpointed."""
 
 
 @dataclasses.dataclass
@@ -63,10 +61,18 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
         checkpointer = checkpoints.Checkpointer(ckpt_dir, read_only=True)
         if checkpointer.latest_step() is None:
             raise CheckpointError(f"init_from={workdir}: checkpoints/ holds no checkpoint")
-        state, saved, step = checkpointer.restore_raw(config.checkpoint_step)
+        # A damaged latest checkpoint falls back to the one before (named in a warning).
+        state, saved, step = checkpointer.restore(step=config.checkpoint_step)
         checkpointer.close()
+        where = checkpointer.step_directory(step)
+        if not isinstance(saved.get("model"), dict):
+            raise CheckpointError(f"{where}: its config has no model settings "
+                                  f"(not a pretraining checkpoint?)")
         model_config = ModelConfig.from_config(saved["model"])
-        bert = state["params"]["bert"]
+        bert = state.get("params", {}).get("bert") if isinstance(state, dict) else None
+        if bert is None:
+            raise CheckpointError(f"{where}: holds no params/bert (not a pretraining "
+                                  f"checkpoint?)")
         tokenizer = load_tokenizer(os.path.join(workdir, "tokenizer"))
         source = f"{os.path.abspath(workdir)}@{step}"
     elif config.init_from_hf:
@@ -83,6 +89,10 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
         attention_dropout_rate=0.0 if model_config.attention_impl == "fused"
         else config.attention_dropout_rate,
     )
+    if config.max_seq_length > model_config.max_position_embeddings:
+        raise ValueError(
+            f"max_seq_length={config.max_seq_length} exceeds the model's "
+            f"max_position_embeddings={model_config.max_position_embeddings} ({source})")
     if tokenizer.get_vocab_size() != model_config.vocab_size:
         raise CheckpointError(
             f"{source}: tokenizer has {tokenizer.get_vocab_size()} tokens but the model "
@@ -145,8 +155,8 @@ def make_steps(model, task: glue.GlueTask, optimizer):
     @jax.jit
     def train_step(params, opt_state, batch, rng, learning_rate):
         loss, grads = jax.value_and_grad(loss_fn)(params, batch, rng)
-        opt_state.hyperparams["learning_rate"] = learning_rate
-        updates, opt_state = optimizer.update(grads, opt_state, params)
+        updates, opt_state = optimizer.update(
+            grads, with_learning_rate(opt_state, learning_rate), params)
         return optax.apply_updates(params, updates), opt_state, loss
 
     @jax.jit
@@ -193,19 +203,12 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
     num_train = len(train["input_ids"])
     steps_per_epoch = math.ceil(num_train / config.batch_size)
     total_steps = max(int(math.ceil(steps_per_epoch * config.num_epochs)), 1)
-    warmup = int(config.warmup_fraction * total_steps)
-    shape = optax.join_schedules(
-        [optax.linear_schedule(0.0, 1.0, max(warmup, 1)),
-         optax.linear_schedule(1.0, 0.0, max(total_steps - warmup, 1))], [warmup])
-
-    def make_optimizer(learning_rate):
-        return optax.chain(
-            optax.clip_by_global_norm(1.0),
-            optax.adamw(learning_rate, b1=0.9, b2=0.999, eps=1e-6,
-                        weight_decay=config.weight_decay, mask=decay_mask),
-        )
-
-    optimizer = optax.inject_hyperparams(make_optimizer)(learning_rate=learning_rate)
+    # BERT's fine-tuning recipe through pretraining's optimizer builder: AdamW, clipping
+    # at 1.0, linear warm-up over warmup_fraction of the steps, then linear decay to 0.
+    optimizer, schedule = make_optimizer(ml_collections.ConfigDict(dict(
+        name="adamw", learning_rate=learning_rate, schedule="linear",
+        warmup_steps=int(config.warmup_fraction * total_steps), b1=0.9, b2=0.999, eps=1e-6,
+        weight_decay=config.weight_decay, grad_clip_norm=1.0)), total_steps)
     ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
     params = nn.unbox(model.init(jax.random.key(seed), ids, ids, ids))["params"]
     # The pretrained encoder; the classifier (and a pooler the checkpoint lacks) stay fresh.
@@ -241,7 +244,7 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
                 if step < start:
                     step += 1
                     continue
-                lr = learning_rate * float(shape(step))
+                lr = float(schedule(step))
                 params, opt_state, loss = train_step(params, opt_state, batch,
                                                      jax.random.fold_in(dropout_key, step), lr)
                 step += 1
@@ -256,7 +259,7 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
                     checkpointer.save(step, {"params": params, "opt_state": opt_state},
                                       {"task": task.name, "lr": learning_rate, "seed": seed})
                     writer.close()
-                    raise Preempted(f"{preemption.signal_name}: saved {task.name} "
+                    raise Stopped(f"{preemption.signal_name}: saved {task.name} "
                                     f"lr={learning_rate:g} seed={seed} at step {step}; rerun "
                                     f"the same command to continue")
     dev = {}
@@ -363,6 +366,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     names = ALL_TASKS if str(config.task).lower() == "all" else str(config.task).split("/")
     tasks = [glue.get_task(name) for name in names]
     os.makedirs(workdir, exist_ok=True)
+    with WorkdirLock(workdir):  # a second eval_glue.py on a live workdir is refused
+        return _run(config, workdir, tasks)
+
+
+def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list) -> dict[str, Any]:
     pretrained = load_pretrained(config)
     check_workdir_identity(workdir, pretrained, config)
     results: dict[str, Any] = {"init": pretrained.source, "tasks": {}, "skipped": {}}

@@ -8,6 +8,7 @@ of (seed, s), so a restarted run needs only the step stored in its checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import time
@@ -24,9 +25,11 @@ from models import BertForMaskedLM, ModelConfig
 from models.config import EXECUTION_FIELDS
 from models.flops import flop_count
 from training import checkpoints, hardware, metrics, sharding, steps
+from training.cli import Stopped
 from training.files import write_json_atomic
 from training.optimizer import make_optimizer
 from training.preemption import PreemptionFlag
+from training.workdir import WorkdirLock
 
 
 class TrainingError(RuntimeError):
@@ -43,6 +46,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"grad_accum_steps={config.grad_accum_steps} must divide batch_size={config.batch_size}"
         )
+    for name in ("log_every_steps", "eval_every_steps", "checkpoint_every_steps",
+                 "keep_checkpoints"):
+        if not isinstance(config[name], int) or config[name] <= 0:
+            raise ValueError(f"{name}={config[name]!r} must be a positive integer")
+    if config.eval_batches < 0:
+        raise ValueError(f"eval_batches={config.eval_batches} must be >= 0")
     if config.nonfinite not in ("error", "skip"):
         raise ValueError(f"nonfinite={config.nonfinite!r} is unknown; choose error or skip")
     if config.data.max_seq_length > config.model.max_position_embeddings:
@@ -59,12 +68,26 @@ def model_config_for(config: ml_collections.ConfigDict, vocab_size: int) -> Mode
     return ModelConfig.from_config(config.model)
 
 
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'talking_heads': {'init': ...}} -> {'talking_heads.init': ...}."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def check_same_architecture(saved: dict[str, Any], current: ModelConfig, path: str) -> None:
-    saved_model = saved.get("model", {})
+    """Refuses a checkpoint whose parameters mean something else (nested settings too)."""
+    saved_model = flatten(saved.get("model", {}))
+    ignored = set(EXECUTION_FIELDS)
+    if current.attention != "talking_heads":  # its settings then change nothing
+        ignored |= {k for k in saved_model if k.startswith("talking_heads.")}
     differs = {
-        k: (saved_model.get(k), v) for k, v in current.to_dict().items()
-        if k not in EXECUTION_FIELDS
-        and saved_model.get(k) != v and not isinstance(v, dict)
+        k: (saved_model.get(k), v) for k, v in flatten(current.to_dict()).items()
+        if k not in ignored and saved_model.get(k) != v
     }
     if differs:
         name, (old, new) = next(iter(sorted(differs.items())))
@@ -72,6 +95,49 @@ def check_same_architecture(saved: dict[str, Any], current: ModelConfig, path: s
             f"{path} holds a checkpoint of a different architecture "
             f"(model.{name}: checkpoint {old!r}, config {new!r}); use a new --workdir"
         )
+
+
+def data_identity(data_config: ml_collections.ConfigDict, tokenizer_dir: str | None
+                  ) -> dict[str, str]:
+    """What the token ids of a run mean: the corpus and the tokenizer (cheap to compute:
+    file sizes and times, or a hub dataset's fingerprint, and the vocabulary's hash)."""
+    source = input_pipeline.corpus.parse_corpus_spec(
+        data_config.corpus, max_chars=data_config.max_corpus_chars,
+        text_column=data_config.text_column)
+    identity = {"corpus": source.describe(), "corpus_identity": source.identity()}
+    if tokenizer_dir is not None:
+        tokenizer = input_pipeline.load_tokenizer(tokenizer_dir)
+        identity["tokenizer_hash"] = input_pipeline.tokenizer.tokenizer_hash(tokenizer)
+    return identity
+
+
+# config.data fields that decide which token ids the text becomes.
+TOKEN_ID_FIELDS = ("tokenizer", "vocab_size", "lowercase")
+
+
+def check_same_data(saved: dict[str, Any], identity: dict[str, str],
+                    data_config: ml_collections.ConfigDict, path: str) -> None:
+    """Refuses to continue a run on other text or other token ids."""
+    saved_data = saved.get("data", {})
+    for name in TOKEN_ID_FIELDS:
+        if name in saved_data and saved_data[name] != data_config[name]:
+            raise TrainingError(
+                f"{path} was trained with data.{name}={saved_data[name]!r}, not "
+                f"{data_config[name]!r}: its token ids would change meaning; use a new "
+                f"--workdir")
+    saved_identity = saved.get("data_identity")
+    if saved_identity is None:
+        metrics.console(f"warning: {path} predates data identity checks; resuming unchecked")
+        return
+    if saved_identity.get("corpus_identity") != identity["corpus_identity"]:
+        raise TrainingError(
+            f"{path} was trained on another corpus ({saved_identity.get('corpus')}, as it was "
+            f"then) than data.corpus={identity['corpus']} is now; resume with the same "
+            f"unchanged corpus or use a new --workdir")
+    if saved_identity.get("tokenizer_hash") != identity.get("tokenizer_hash"):
+        raise TrainingError(
+            f"{path} was trained with another tokenizer than {identity.get('tokenizer_dir')}; "
+            f"resume with the run's own tokenizer/ or use a new --workdir")
 
 
 def host_batch_to_global(batch: dict[str, np.ndarray], mesh, rules) -> dict[str, jax.Array]:
@@ -122,7 +188,7 @@ def compile_for_mesh(model, optimizer, schedule, config, mesh, rules) -> Compile
     return Compiled(abstract_state, state_shardings, init_fn, train_step, eval_step)
 
 
-def build_data(config: ml_collections.ConfigDict, workdir: str):
+def build_data(data_config: ml_collections.ConfigDict, workdir: str):
     """Process 0 builds the tokenizer and packed cache first; the others then read it.
 
     Tokenizer training is not bit-reproducible across processes, so they must
@@ -130,18 +196,24 @@ def build_data(config: ml_collections.ConfigDict, workdir: str):
     pass a ready data.tokenizer.
     """
     if jax.process_count() == 1:
-        return input_pipeline.from_config(config.data, workdir)
+        return input_pipeline.from_config(data_config, workdir)
     from jax.experimental import multihost_utils
 
-    data = input_pipeline.from_config(config.data, workdir) if jax.process_index() == 0 else None
+    data = input_pipeline.from_config(data_config, workdir) if jax.process_index() == 0 else None
     multihost_utils.sync_global_devices("input pipeline built by process 0")
-    return data or input_pipeline.from_config(config.data, workdir)
+    return data or input_pipeline.from_config(data_config, workdir)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
-    """Pretrains (resuming from `workdir` if it holds checkpoints); returns the last eval."""
+    """Pretrains (resuming from `workdir` if it holds checkpoints); returns the final
+    metrics. Raises training.cli.Stopped when a signal stopped the run after saving it."""
     validate(config)
     os.makedirs(workdir, exist_ok=True)
+    with WorkdirLock(workdir):  # a second run on a live workdir is refused here
+        return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     is_main = jax.process_index() == 0
 
     # -- mesh -----------------------------------------------------------------------
@@ -156,19 +228,36 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     metrics.console(f"mesh {dict(mesh.shape)} over {jax.device_count()} devices "
                     f"({jax.process_count()} processes)")
 
-    # -- input ----------------------------------------------------------------------
-    data = build_data(config, workdir)
-    if is_main:
-        # The run directory is self-contained: eval_glue.py reads WORKDIR/tokenizer.
-        copy_tokenizer(data.tokenizer_dir, os.path.join(workdir, "tokenizer"))
-    # Each process builds only its own rows of every global batch.
-    shard = {"process_index": jax.process_index(), "process_count": jax.process_count()}
-    batcher = data.batcher(config.batch_size, seed=config.seed, **shard)
-    # Eval masks use a fixed seed so every run (and every seed) is scored on the same targets.
-    eval_batches = data.eval_batches(config.batch_size, config.eval_batches, seed=0, **shard)
+    # -- resume or start: decided before any data is built or file written -----------
+    checkpointer = checkpoints.Checkpointer(
+        os.path.join(workdir, "checkpoints"), keep_last=config.keep_checkpoints,
+        best_metric="eval_loss")
+    resuming = checkpointer.latest_step() is not None
+    run_tokenizer = os.path.join(workdir, "tokenizer")
+    data_config = config.data
+    if resuming:
+        # The checkpoints' token ids mean what the run's own tokenizer says: never
+        # retrain (or replace) it on resume.
+        data_config = ml_collections.ConfigDict(config.data.to_dict())
+        data_config.tokenizer = config.data.tokenizer or run_tokenizer
+        if not os.path.exists(data_config.tokenizer):
+            raise TrainingError(f"{run_tokenizer} is missing, so the checkpoints' token ids "
+                                f"cannot be read; pass --config.data.tokenizer or use a new "
+                                f"--workdir")
+        identity = {**data_identity(data_config, data_config.tokenizer),
+                    "tokenizer_dir": data_config.tokenizer}
+        vocab_size = input_pipeline.load_tokenizer(
+            data_config.tokenizer, lowercase=data_config.lowercase
+        ).get_vocab_size(with_added_tokens=True)
+    else:
+        data = build_data(data_config, workdir)
+        identity = {"corpus": data.meta["corpus"],
+                    "corpus_identity": data.meta["corpus_identity"],
+                    "tokenizer_hash": data.meta["tokenizer_hash"]}
+        vocab_size = data.vocab_size
 
     # -- model and optimizer --------------------------------------------------------
-    model_cfg = model_config_for(config, data.vocab_size)
+    model_cfg = model_config_for(config, vocab_size)
     model = BertForMaskedLM(model_cfg)
     optimizer, schedule = make_optimizer(config.optimizer, config.num_train_steps)
     seq_len, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq
@@ -177,24 +266,55 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     abstract_state = compiled.abstract_state
     init_fn, train_step, eval_step = compiled.init_fn, compiled.train_step, compiled.eval_step
     num_params = sum(x.size for x in jax.tree.leaves(abstract_state["params"]))
-    metrics.console(f"model {model_cfg.attention}: {num_params / 1e6:.2f}M parameters, "
-                    f"vocabulary {data.vocab_size}, {len(data.train.input_ids)} train sequences")
 
     # -- checkpoint / resume --------------------------------------------------------
     run_config = config.to_dict()
-    checkpointer = checkpoints.Checkpointer(
-        os.path.join(workdir, "checkpoints"), keep_last=config.keep_checkpoints,
-        best_metric="eval_loss")
-    if checkpointer.latest_step() is not None:
-        check_same_architecture(checkpointer.saved_config(), model_cfg, workdir)
-        state, _, start = checkpointer.restore(abstract_state)
+    # The checkpoint carries what its token ids mean, for the next resume to check.
+    checkpoint_config = {**run_config, "data_identity": {
+        k: v for k, v in identity.items() if k != "tokenizer_dir"}}
+    if resuming:
+        def refuse_another_run(saved: dict[str, Any]) -> None:
+            check_same_architecture(saved, model_cfg, workdir)
+            check_same_data(saved, identity, config.data, workdir)
+
+        state, _, start = checkpointer.restore(abstract_state, check_config=refuse_another_run)
         metrics.console(f"resumed from {checkpointer.directory} at step {start}")
+        data = build_data(data_config, workdir)
     else:
         with mesh, nn.logical_axis_rules(rules):
             state = init_fn(jax.random.key(config.seed))
         start = 0
+    metrics.console(f"model {model_cfg.attention}: {num_params / 1e6:.2f}M parameters, "
+                    f"vocabulary {data.vocab_size}, {len(data.train)} train sequences")
+
+    end = config.num_train_steps
+    if config.stop_after_steps is not None:
+        end = min(end, config.stop_after_steps)
+    final_path = os.path.join(workdir, "final_metrics.json")
+    if start >= end:
+        # Nothing to train: leave every file as it is.
+        checkpointer.close()
+        metrics.console(f"{workdir} is already at step {start}; nothing to train")
+        return read_json(final_path) if start >= config.num_train_steps else {}
     if is_main:
+        if not resuming:
+            # The run directory is self-contained: eval_glue.py reads WORKDIR/tokenizer.
+            copy_tokenizer(data.tokenizer_dir, run_tokenizer)
         write_json_atomic(os.path.join(workdir, "config.json"), run_config)
+
+    # -- input ----------------------------------------------------------------------
+    # Each process builds only its own rows of every global batch.
+    shard = {"process_index": jax.process_index(), "process_count": jax.process_count()}
+    batcher = data.batcher(config.batch_size, seed=config.seed, **shard)
+    # Eval masks use a fixed seed so every run (and every seed) is scored on the same targets.
+    has_eval = len(data.eval) > 0 and config.eval_batches > 0
+    if has_eval:
+        eval_batches = data.eval_batches(config.batch_size, config.eval_batches, seed=0,
+                                         **shard)
+    else:
+        metrics.console("warning: no held-out eval (the eval split is empty or "
+                        "eval_batches=0): no eval metrics are reported and checkpoints are "
+                        "kept by step only")
 
     writer = metrics.MetricWriter(workdir)
     if start == 0:
@@ -206,75 +326,91 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     tokens_per_step = config.batch_size * seq_len
 
     def evaluate() -> dict[str, float]:
+        """Held-out MLM metrics; empty when there is nothing to score (never 0 loss)."""
+        if not has_eval:
+            return {}
         totals = {"loss_sum": 0.0, "correct": 0.0, "weight": 0.0}
         with mesh, nn.logical_axis_rules(rules):
             for i in range(len(eval_batches)):
                 batch = host_batch_to_global(eval_batches.batch(i), mesh, rules)
                 sums = jax.device_get(eval_step(state["params"], batch))
                 totals = {k: totals[k] + float(sums[k]) for k in totals}
-        loss = totals["loss_sum"] / max(totals["weight"], 1.0)
-        return {"eval_loss": loss, "eval_accuracy": totals["correct"] / max(totals["weight"], 1),
+        if totals["weight"] == 0:
+            return {}
+        loss = totals["loss_sum"] / totals["weight"]
+        return {"eval_loss": loss, "eval_accuracy": totals["correct"] / totals["weight"],
                 "eval_perplexity": float(np.exp(min(loss, 50.0)))}
 
     # -- loop -----------------------------------------------------------------------
     last_eval: dict[str, float] = {}
+    last_train: dict[str, float] = {}
     window_start, window_steps, paused = time.time(), 0, 0.0
-    end = config.num_train_steps
-    if config.stop_after_steps is not None:
-        end = min(end, config.stop_after_steps)
     preempted = False
-    with PreemptionFlag() as preemption:
-        for step in range(start, end):
-            batch = host_batch_to_global(batcher.batch(step), mesh, rules)
-            with mesh, nn.logical_axis_rules(rules):
-                state, step_metrics = train_step(state, batch)
-            window_steps += 1
-            done = step + 1
-            last = done == end
-            if done % config.log_every_steps == 0 or last or config.nonfinite == "error":
-                m = jax.device_get(step_metrics)
-                if not bool(m["finite"]) and config.nonfinite == "error":
-                    raise TrainingError(
-                        f"non-finite loss or gradient at step {done} (loss_sum={m['loss_sum']}, "
-                        f"grad_norm={m['grad_norm']}); not checkpointed. Lower the learning rate "
-                        f"or set --config.nonfinite=skip"
-                    )
-            if done % config.log_every_steps == 0 or last:
-                step_time = (time.time() - window_start - paused) / window_steps
-                values = {
-                    **train_scalars(m),
-                    "step_time_s": step_time,
-                    "tokens_per_s": tokens_per_step / step_time,
-                    "mfu": step_flops / step_time / (peak * jax.device_count()),
-                    "epoch": batcher.epoch(done),
-                }
-                writer.scalars(done, values)
-                progress.log(done, {k: values[k] for k in ("loss", "mlm_accuracy", "learning_rate",
-                                                            "tokens_per_s", "mfu")})
-                window_start, window_steps, paused = time.time(), 0, 0.0
-            pause_start = time.time()  # eval and checkpoint time is not training throughput
-            evaluated = done % config.eval_every_steps == 0 or last
-            if evaluated:
-                last_eval = evaluate()
-                writer.scalars(done, last_eval)
-                metrics.console(f"eval at step {done}: "
-                                + " ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
-            preempted = preemption.requested()
-            if done % config.checkpoint_every_steps == 0 or last or preempted:
-                scores = {"eval_loss": last_eval["eval_loss"]} if evaluated else None
-                checkpointer.save(done, state, run_config, metrics=scores)
-            writer.flush()
-            paused += time.time() - pause_start
-            if preempted:
-                metrics.console(f"{preemption.signal_name}: saved step {done}; rerun the same "
-                                f"command to continue")
-                break
-    if is_main and last_eval and end == config.num_train_steps and not preempted:
-        write_json_atomic(os.path.join(workdir, "final_metrics.json"),
-                          {"step": config.num_train_steps, **last_eval})
-    writer.close()
-    checkpointer.close()
-    return last_eval
+    try:
+        with PreemptionFlag() as preemption:
+            for step in range(start, end):
+                batch = host_batch_to_global(batcher.batch(step), mesh, rules)
+                with mesh, nn.logical_axis_rules(rules):
+                    state, step_metrics = train_step(state, batch)
+                window_steps += 1
+                done = step + 1
+                last = done == end
+                if done % config.log_every_steps == 0 or last or config.nonfinite == "error":
+                    m = jax.device_get(step_metrics)
+                    if not bool(m["finite"]) and config.nonfinite == "error":
+                        raise TrainingError(
+                            f"non-finite loss or gradient at step {done} (loss_sum="
+                            f"{m['loss_sum']}, grad_norm={m['grad_norm']}); not checkpointed. "
+                            f"Lower the learning rate or set --config.nonfinite=skip"
+                        )
+                if done % config.log_every_steps == 0 or last:
+                    step_time = (time.time() - window_start - paused) / window_steps
+                    last_train = train_scalars(m)
+                    values = {
+                        **last_train,
+                        "step_time_s": step_time,
+                        "tokens_per_s": tokens_per_step / step_time,
+                        "mfu": step_flops / step_time / (peak * jax.device_count()),
+                        "epoch": batcher.epoch(done),
+                    }
+                    writer.scalars(done, values)
+                    progress.log(done, {k: values[k] for k in (
+                        "loss", "mlm_accuracy", "learning_rate", "tokens_per_s", "mfu")})
+                    window_start, window_steps, paused = time.time(), 0, 0.0
+                pause_start = time.time()  # eval and checkpoint time is not throughput
+                evaluated = done % config.eval_every_steps == 0 or last
+                if evaluated:
+                    last_eval = evaluate()
+                    if last_eval:
+                        writer.scalars(done, last_eval)
+                        metrics.console(f"eval at step {done}: "
+                                        + " ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
+                preempted = preemption.requested()
+                if done % config.checkpoint_every_steps == 0 or last or preempted:
+                    scores = {"eval_loss": last_eval["eval_loss"]} if (
+                        evaluated and last_eval) else None
+                    checkpointer.save(done, state, checkpoint_config, metrics=scores)
+                writer.flush()
+                paused += time.time() - pause_start
+                if preempted:
+                    break
+        final = {"step": end, **last_eval, "train_loss": last_train.get("loss")}
+        if is_main and end == config.num_train_steps and not preempted:
+            write_json_atomic(final_path, final)
+    finally:
+        writer.close()
+        checkpointer.close()
+    if preempted:
+        raise Stopped(f"{preemption.signal_name}: saved step {done}; rerun the same command "
+                      f"to continue")
+    return final
+
+
+def read_json(path: str) -> dict[str, Any]:
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
 
 
 def train_scalars(m: dict[str, Any]) -> dict[str, float]:

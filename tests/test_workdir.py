@@ -1,0 +1,129 @@
+"""A workdir belongs to one run: its data, tokenizer and architecture are checked on
+resume before anything is written, one process at a time holds it, and a rerun with
+nothing left to train changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from test_train import SENTENCES, tiny_config, write_corpus
+
+from training.checkpoints import Checkpointer
+from training.pretrain import TrainingError, train_and_evaluate
+from training.workdir import WorkdirBusy, WorkdirLock
+
+STEPS = 10
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """(corpus, cache, workdir) of a finished 10-step run; tests work on copies."""
+    root = tmp_path_factory.mktemp("finished")
+    corpus, cache = write_corpus(str(root)), str(root / "cache")
+    workdir = str(root / "run")
+    train_and_evaluate(tiny_config(corpus, cache, steps=STEPS), workdir)
+    return corpus, cache, workdir
+
+
+def copy_run(finished, tmp_path) -> str:
+    target = str(tmp_path / "run")
+    shutil.copytree(finished[2], target, ignore=shutil.ignore_patterns(".lock"))
+    return target
+
+
+def snapshot(workdir: str) -> dict[str, bytes]:
+    """Every file outside the data cache (and the lock), with its bytes."""
+    out = {}
+    for root, dirs, files in os.walk(workdir):
+        dirs[:] = [d for d in dirs if d != "data_cache"]
+        for name in files:
+            if name == WorkdirLock.NAME:
+                continue
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, workdir)] = f.read()
+    return out
+
+
+def other_corpus(tmp_path) -> str:
+    """Other English text: the same sentences reversed word by word."""
+    path = str(tmp_path / "other.txt")
+    with open(path, "w") as f:
+        for i in range(120):
+            f.write("\n".join(" ".join(reversed(s.split())) for s in SENTENCES[i % 3:]) + "\n\n")
+    return path
+
+
+def test_resume_on_another_corpus_is_refused_before_anything_is_written(finished, tmp_path):
+    _, cache, _ = finished
+    workdir = copy_run(finished, tmp_path)
+    before = snapshot(workdir)
+    config = tiny_config(other_corpus(tmp_path), cache, steps=2 * STEPS)
+    with pytest.raises(TrainingError, match="another corpus"):
+        train_and_evaluate(config, workdir)
+    assert snapshot(workdir) == before  # tokenizer/, config.json, checkpoints untouched
+
+
+def test_resume_with_another_tokenizer_setting_is_refused(finished, tmp_path):
+    corpus, cache, _ = finished
+    workdir = copy_run(finished, tmp_path)
+    before = snapshot(workdir)
+    config = tiny_config(corpus, cache, steps=2 * STEPS, **{"data.vocab_size": 150})
+    with pytest.raises(TrainingError, match="data.vocab_size"):
+        train_and_evaluate(config, workdir)
+    assert snapshot(workdir) == before
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("model.talking_heads.mask_placement", "before", "talking_heads.mask_placement"),
+    ("model.talking_heads.num_logit_heads", 8, "talking_heads.num_logit_heads"),
+])
+def test_changed_talking_heads_settings_are_a_different_architecture(
+        field, value, message, tmp_path):
+    corpus, cache = write_corpus(str(tmp_path)), str(tmp_path / "cache")
+    workdir = str(tmp_path / "run")
+    train_and_evaluate(tiny_config(corpus, cache, steps=4, **{"model.attention":
+                                                              "talking_heads"}), workdir)
+    changed = tiny_config(corpus, cache, steps=8, **{"model.attention": "talking_heads",
+                                                     field: value})
+    with pytest.raises(TrainingError, match=f"different architecture .*{message}"):
+        train_and_evaluate(changed, workdir)
+
+
+def test_a_live_workdir_is_refused_and_a_stale_lock_file_is_not(finished, tmp_path):
+    corpus, cache, _ = finished
+    workdir = copy_run(finished, tmp_path)
+    config = tiny_config(corpus, cache, steps=STEPS + 2)
+    with WorkdirLock(workdir), pytest.raises(WorkdirBusy, match=f"{workdir} is in use by pid"):
+        train_and_evaluate(config, workdir)
+    # The lock file stays behind (as after kill -9); only a live holder blocks.
+    assert os.path.exists(os.path.join(workdir, WorkdirLock.NAME))
+    train_and_evaluate(config, workdir)
+    assert Checkpointer(os.path.join(workdir, "checkpoints")).latest_step() == STEPS + 2
+
+
+def test_a_rerun_with_nothing_to_train_changes_nothing(finished, tmp_path):
+    corpus, cache, _ = finished
+    workdir = copy_run(finished, tmp_path)
+    before = snapshot(workdir)
+    # Other logging settings: still nothing to train, so config.json keeps the run's own.
+    final = train_and_evaluate(tiny_config(corpus, cache, steps=STEPS, log_every_steps=1),
+                               workdir)
+    assert snapshot(workdir) == before
+    with open(os.path.join(workdir, "final_metrics.json")) as f:
+        assert final == json.load(f)
+
+
+def test_no_eval_split_reports_no_eval_metrics(tmp_path):
+    corpus, cache = write_corpus(str(tmp_path)), str(tmp_path / "cache")
+    workdir = str(tmp_path / "run")
+    final = train_and_evaluate(tiny_config(corpus, cache, steps=4,
+                                           **{"data.eval_fraction": 0.0}), workdir)
+    with open(os.path.join(workdir, "final_metrics.json")) as f:
+        saved = json.load(f)
+    assert saved == final and saved["step"] == 4
+    assert not any(key.startswith("eval_") for key in saved)  # never a perfect 0.0 / 1.0
+    assert saved["train_loss"] > 0

@@ -1,0 +1,113 @@
+"""What the command-line entry points share: flag parsing and exit codes.
+
+Every failure a user can cause (a bad flag or config value, bad input, a run that
+cannot go on, a full disk) ends with one `error: ...` line as the last line of
+stderr and a non-zero exit; a run stopped by a signal before its end exits with
+EXIT_STOPPED, so `train.py ... && eval_glue.py ...` does not go on with a
+half-trained model.
+"""
+
+from __future__ import annotations
+
+import logging as std_logging
+import os
+import re
+import sys
+from collections.abc import Callable
+
+from absl import flags, logging
+
+EXIT_ERROR = 1  # bad input, or a run that cannot go on
+EXIT_USAGE = 2  # a bad flag or config value (nothing was started)
+EXIT_STOPPED = 75  # SIGTERM/SIGINT: the current step is saved; rerun to continue (EX_TEMPFAIL)
+
+
+class Stopped(Exception):
+    """A signal stopped the run after saving it; the message says how to continue."""
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> None:
+    """Prints one error line (the last line of stderr) and exits."""
+    sys.stderr.flush()
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parser with one error line instead of tracebacks."""
+    try:
+        return flags.FLAGS(argv)
+    except (AttributeError, KeyError) as e:
+        # ml_collections' parser raises these (not flags.Error) for a --config.FIELD
+        # that the config does not have.
+        field = str(e).strip("'\" ")
+        flag = _config_flag(argv, lambda name, value: name.split(".")[-1] == field)
+        fail(f"{flag or '--config.' + field}: the config has no such field", EXIT_USAGE)
+    except (flags.Error, ValueError, TypeError) as e:
+        # A config file that raised (configs/pretrain.py:ARGS) or a value that does not
+        # parse: the underlying exception's own message, with the flag it came from.
+        cause = e.__cause__ or e.__context__
+        if isinstance(e, flags.Error) and isinstance(cause, ValueError | TypeError):
+            e = cause
+        # A traceback rendered into the message ends with "ValueError: the message".
+        message = re.sub(r"^\w+(Error|Exception): ", "", _last_line(str(e))) or type(e).__name__
+        flag = _config_flag(argv, lambda name, value: value and value in message
+                            and name not in message)
+        fail(f"{flag}: {message}" if flag else message, EXIT_USAGE)
+    raise AssertionError("unreachable")
+
+
+def _config_flag(argv: list[str], matches: Callable[[str, str], object]) -> str | None:
+    """The first --config.NAME[=VALUE] argument for which matches(NAME, VALUE) holds."""
+    for arg in argv[1:]:
+        if arg.startswith("--config."):
+            name, _, value = arg[len("--config."):].partition("=")
+            if matches(name, value):
+                return arg
+    return None
+
+
+def run(job: Callable[[], object]) -> None:
+    """Runs `job`, mapping the failures a user can cause to one line and an exit code."""
+    quiet_background_echoes()
+    try:
+        job()
+    except Stopped as e:
+        print(e, flush=True)
+        sys.exit(EXIT_STOPPED)
+    except (ValueError, RuntimeError, OSError) as e:
+        logging.error("%s: %s", type(e).__name__, e)
+        print(f"error: {_describe(e)}", file=sys.stderr, flush=True)
+        # Skip interpreter shutdown: library threads and tasks that died of the same
+        # cause (a full disk under orbax's writers) would print their tracebacks after
+        # our line. Everything of ours is closed and flushed by now.
+        sys.stdout.flush()
+        os._exit(EXIT_ERROR)
+
+
+class _NoLibraryTracebacks(std_logging.Filter):
+    """Orbax's writer threads and asyncio log a failure with its traceback, once per
+    thread or task; the same failure reaches the main thread and becomes our error line,
+    so their records keep only their message line."""
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        if record.exc_info and ("orbax" in record.pathname or record.name == "asyncio"):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_background_echoes() -> None:
+    logging.get_absl_handler().addFilter(_NoLibraryTracebacks())
+    std_logging.getLogger("asyncio").addFilter(_NoLibraryTracebacks())
+
+
+def _describe(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, OSError) and error.filename and str(error.filename) not in text:
+        text = f"{error.filename}: {text}"
+    return text
