@@ -76,9 +76,9 @@ class SentenceEncoder:
     """encoder(sentences) -> (token ids int32, ids per sentence int64), without special
     tokens or truncation; text spelling "[MASK]" stays text (encode_special_tokens)."""
 
-    def __init__(self, tokenizer: Tokenizer, max_cached_words: int = 1_000_000):
+    def __init__(self, tokenizer: Tokenizer, max_cached_words: int = 500_000):
         self.tokenizer = tokenizer
-        self.max_cached_words = max_cached_words  # ~150 bytes each in Python
+        self.max_cached_words = max_cached_words  # ~150 bytes each in Python: ~75 MB
         self.word_level = splits_at_spaces(tokenizer)
         self._checked = not self.word_level
         self._reset()

@@ -44,7 +44,7 @@ from input_pipeline.tokenizer import SpecialIds
 
 _PROGRESS_CHARS = 64 << 20  # a log line per this much text
 # Encoding is Python-bound (the word cache), so it runs in worker processes, one per
-# core up to this many: each holds a tokenizer and a word cache (~150 MB at most).
+# core up to this many: each holds a tokenizer and a word cache (~75 MB at most).
 MAX_WORKERS = 8
 # Chunks encoded in the calling process before workers start: a small corpus never
 # pays for starting them (about a second each).
