@@ -19,12 +19,11 @@ from typing import Any
 import numpy as np
 
 from models.config import ModelConfig
+from training.checkpoints import CheckpointError  # one class for every checkpoint error
+
+__all__ = ["CheckpointError", "convert_bert", "from_pretrained", "load_state_dict"]
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "flax_model.msgpack")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read or does not fit the model; names the file/key."""
 
 
 # -- reading -------------------------------------------------------------------

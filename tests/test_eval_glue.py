@@ -128,3 +128,57 @@ def test_preempted_fine_tuning_resumes_to_the_same_result(pretrained_workdir, tm
     assert resumed["dev"] == straight["dev"]
     assert resumed["final_train_loss"] == pytest.approx(straight["final_train_loss"], abs=1e-6)
     assert not (run_dir / "checkpoints").exists()
+
+
+def test_sequence_longer_than_the_positions_is_refused_up_front(pretrained_workdir, tmp_path):
+    glue_dir = tmp_path / "glue"
+    write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(3))
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir),
+                         max_seq_length=4096)
+    with pytest.raises(ValueError, match="max_seq_length=4096 exceeds the model's "
+                                         "max_position_embeddings=512"):
+        finetune.run(config, str(tmp_path / "out"))
+    assert not (tmp_path / "out" / "SST-2").exists()
+
+
+def test_a_damaged_init_checkpoint_is_one_error_naming_it_and_left_in_place(
+        pretrained_workdir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "pretrained"
+    shutil.copytree(pretrained_workdir, copy, ignore=shutil.ignore_patterns(".lock"))
+    (step,) = [d for d in os.listdir(copy / "checkpoints") if d.isdigit()]
+    metadata = copy / "checkpoints" / step / "config" / "metadata"
+    metadata.write_text("{not json")
+    config = glue_config(init_from=str(copy), glue_dir=str(tmp_path))
+    with pytest.raises(CheckpointError, match=f"{metadata}"):
+        finetune.run(config, str(tmp_path / "out"))
+    assert metadata.exists()  # a reader never moves another run's files
+
+
+def test_duplicate_test_ids_are_found_before_fine_tuning(pretrained_workdir, tmp_path):
+    import glue
+
+    glue_dir = tmp_path / "glue"
+    write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(4))
+    test_file = glue_dir / "SST-2" / "test.tsv"
+    lines = test_file.read_text().splitlines()
+    lines[5] = "2\t" + lines[5].split("\t", 1)[1]  # id 2 twice
+    test_file.write_text("\n".join(lines) + "\n")
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir))
+    with pytest.raises(glue.GlueDataError, match=f"{test_file}: id '2' .*twice"):
+        finetune.run(config, str(tmp_path / "out"))
+    assert not (tmp_path / "out" / "SST-2").exists()
+
+
+def test_a_missing_test_file_is_reported_not_silently_skipped(pretrained_workdir, tmp_path,
+                                                             capsys):
+    glue_dir = tmp_path / "glue"
+    write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(5))
+    os.remove(glue_dir / "SST-2" / "test.tsv")
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
+                         max_train_examples=32, num_epochs=1.0)
+    results = finetune.run(config, str(tmp_path / "out"))
+    missing = str(glue_dir / "SST-2" / "test.tsv")
+    assert missing in capsys.readouterr().out
+    assert results["no_submission"] == {"SST-2": f"{missing} is missing"}

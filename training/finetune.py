@@ -28,8 +28,8 @@ import tokenizers
 
 import glue
 from models import BertForSequenceClassification, BertModel, ModelConfig
-from models.hf_import import CheckpointError
 from training import checkpoints, metrics
+from training.checkpoints import CheckpointError
 from training.cli import Stopped
 from training.files import write_json_atomic, write_text_atomic
 from training.optimizer import make_optimizer, with_learning_rate
@@ -122,19 +122,42 @@ def check_params_fit(bert: dict[str, Any], model_config: ModelConfig, source: st
 
 # -- data -----------------------------------------------------------------------------
 def load_task_data(task: glue.GlueTask, config, tokenizer) -> dict[str, dict[str, np.ndarray]]:
-    """{split: encoded arrays} for train, the dev splits and whichever test splits exist."""
+    """{split: encoded arrays} for train, the dev splits and whichever test splits exist.
+
+    A missing test file is announced (there is then no submission for it); duplicate
+    test ids are refused here, before any fine-tuning, since GLUE scores by id.
+    """
     data = {}
     for split in task.splits:
+        where = (str(glue.split_path(task, config.glue_dir, split)) if config.glue_dir
+                 else f"hub {task.name}/{split}")
         if (split.startswith("test") and config.glue_dir
                 and not glue.split_path(task, config.glue_dir, split).exists()):
-            continue  # test predictions are optional; train and dev are not
+            # Test predictions are optional; train and dev are not.
+            metrics.console(f"warning: {where} is missing: no GLUE submission for "
+                            f"{task.name} {split}")
+            continue
         examples = glue.load_split(task, split, config.glue_dir)
+        if split.startswith("test"):
+            seen: set[str] = set()
+            for e in examples:
+                if e.guid in seen:
+                    raise glue.GlueDataError(f"{where}: id {e.guid!r} appears twice; GLUE "
+                                             f"scores a submission by id")
+                seen.add(e.guid)
         if split == "train" and config.max_train_examples:
             examples = examples[: config.max_train_examples]
         encoded = glue.encode_examples(tokenizer, examples, config.max_seq_length, task)
         encoded["guids"] = np.asarray([e.guid for e in examples])
         data[split] = encoded
     return data
+
+
+def missing_test_files(task: glue.GlueTask, config) -> list[str]:
+    if not config.glue_dir:
+        return []
+    paths = [glue.split_path(task, config.glue_dir, s) for s in task.test_splits]
+    return [str(p) for p in paths if not p.exists()]
 
 
 # -- one run ---------------------------------------------------------------------------
@@ -373,7 +396,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list) -> dict[str, Any]:
     pretrained = load_pretrained(config)
     check_workdir_identity(workdir, pretrained, config)
-    results: dict[str, Any] = {"init": pretrained.source, "tasks": {}, "skipped": {}}
+    results: dict[str, Any] = {"init": pretrained.source, "tasks": {}, "skipped": {},
+                               "no_submission": {}}
     previous = os.path.join(workdir, "results.json")
     if os.path.exists(previous):
         # Tasks fine-tuned by earlier invocations in this workdir stay in the table.
@@ -383,6 +407,10 @@ def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list) -> dict[s
         try:
             results["tasks"][task.name] = run_task(task, pretrained, config, workdir)
             results["skipped"].pop(task.name, None)
+            missing = missing_test_files(task, config)
+            if missing:
+                results["no_submission"][task.name] = "; ".join(f"{p} is missing"
+                                                                for p in missing)
         except glue.GlueDataError as e:
             if len(tasks) == 1:
                 raise
