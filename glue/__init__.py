@@ -1,6 +1,6 @@
 """GLUE data and metrics: task registry, TSV and hub readers, encoding, metrics, submissions.
 
-Data flow (DESIGN.md): task -> examples (`read_split` from the GLUE TSV folder
+Data flow: task -> examples (`read_split` from the GLUE TSV folder
 or `load_hub_split` from the Hugging Face hub) -> `encode_examples` -> model ->
 `compute_metrics` / `write_submission`.
 

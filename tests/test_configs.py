@@ -21,7 +21,7 @@ def test_bert_base_has_exactly_the_published_parameter_count():
     assert head == 768 * 768 + 768 + 2 * 768 + 30522
 
 
-PAPER_COUNTS_M = {  # DESIGN.md: the low-rank paper's counts (millions)
+PAPER_COUNTS_M = {  # the low-rank paper's reported counts (millions), in configs/grids.py
     row.name: row.reported["params_m"]
     for rows in grids.GRIDS.values() for row in rows if "params_m" in row.reported
 }
