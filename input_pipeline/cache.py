@@ -18,9 +18,10 @@ builder cleans up temporary directories that dead processes on its host left beh
 
 Reading: every array's size and every chunk's SHA-256 is verified (threads in parallel;
 hashlib releases the GIL), so flipped bits or a truncated file are found before they
-become token ids out of range. A damaged entry (or unreadable meta.json, or a missing
-marker) is never deleted: it is renamed to `packed-<key>.damaged-<time>-<pid>`, one
-warning names the damaged file, and the caller rebuilds.
+become token ids out of range (about 8 s for 20 GB on 2 cores, docs/INGEST.md). A
+damaged entry (or unreadable meta.json, or a missing marker) is never deleted: it is
+renamed to `packed-<key>.damaged-<time>-<pid>`, one warning names the damaged file,
+and the caller rebuilds.
 """
 
 from __future__ import annotations
@@ -297,9 +298,9 @@ def _read_meta(entry: Path) -> dict[str, Any]:
 def verify_entry(entry: Path) -> dict[str, Any]:
     """meta.json of an intact entry; DamagedEntry naming the first bad file otherwise.
 
-    Cost: reads and hashes every byte once (about 1.5 GB/s per thread for SHA-256 with
-    CPU support, up to _HASH_THREADS threads), so a 20 GB cache is checked in about
-    20 s on 2 cores, or as fast as the disk reads with more.
+    Cost: reads and hashes every byte once, in up to _HASH_THREADS threads: 2.5 GB/s
+    with 2 threads from the page cache (docs/INGEST.md), so about 8 s for a 20 GB
+    cache, or as long as the disk needs to read it.
     """
     if not is_complete(entry):
         raise DamagedEntry(entry / COMPLETE, "marker missing")

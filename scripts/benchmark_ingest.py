@@ -18,8 +18,10 @@ The old code is a `git worktree` of --old_ref (the commit before the streaming i
 put on the subprocess's PYTHONPATH. Old and new builds alternate, so a busy machine
 slows both alike. Reported: wall seconds, MB/s (input bytes / wall), peak RSS of the
 build's main process (its ru_maxrss), of its largest child (RUSAGE_CHILDREN; the new
-code's encoding workers), and of the whole process tree (the sum of /proc RSS, sampled
-every 0.1 s). Results: --out/results.json and results.md.
+code's encoding workers: note that a child is charged with the parent's pages between
+fork and exec, so this mirrors the parent's RSS at that moment), and of the whole
+process tree (the sum of /proc RSS, sampled every 0.1 s). Results: --out/results.json
+and results.md.
 """
 
 from __future__ import annotations
