@@ -116,3 +116,19 @@ def test_bad_config_is_one_clear_line_and_nonzero_exit(tmp_path):
     assert result.returncode != 0
     assert "model.num_heads=5 does not divide model.hidden_size=32" in result.stderr
     assert not os.path.exists(tmp_path / "bad" / "checkpoints")
+
+
+def test_the_loop_reads_the_device_only_at_log_eval_and_checkpoint_steps(corpus, tmp_path,
+                                                                         monkeypatch):
+    """Step s+1 is dispatched before anything of step s is read: no read per step."""
+    import jax
+
+    reads = []
+    real_device_get = jax.device_get
+    monkeypatch.setattr(jax, "device_get", lambda x: reads.append(1) or real_device_get(x))
+    config = tiny_config(*corpus, steps=30, log_every_steps=10, eval_every_steps=30,
+                         checkpoint_every_steps=30)
+    train_and_evaluate(config, str(tmp_path / "run"))
+    # 3 logs (metrics + health each), the health check before eval/checkpoint, 2 eval
+    # batches, and reads outside the loop (restore, setup): far below one per step.
+    assert len(reads) <= 12, len(reads)

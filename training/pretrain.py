@@ -342,56 +342,88 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                 "eval_perplexity": float(np.exp(min(loss, 50.0)))}
 
     # -- loop -----------------------------------------------------------------------
+    # The host never waits for the device inside the loop: step s+1 is dispatched before
+    # step s's metrics are read (at log steps only), and finiteness is tracked on the
+    # device and read at log, eval and checkpoint time. Nothing non-finite is evaluated
+    # or saved: the check runs first.
     last_eval: dict[str, float] = {}
     last_train: dict[str, float] = {}
-    window_start, window_steps, paused = time.time(), 0, 0.0
+    health = steps.initial_health()
+    skipped_logged = 0
+    window = {"start": time.time(), "steps": 0, "paused": 0.0}
+    pending_log: tuple[int, Any, int] | None = None  # (step, its metrics, steps in window)
     preempted = False
+    check_every_step = jax.process_count() == 1  # else an all-gather: at log steps only
+
+    def read_health() -> dict[str, int]:
+        h = {k: int(v) for k, v in jax.device_get(health).items()}
+        if config.nonfinite == "error" and h["first_nonfinite"]:
+            raise TrainingError(
+                f"non-finite loss or gradient at step {h['first_nonfinite']} (seen at step "
+                f"{int(state['step'])}); not checkpointed. Lower the learning rate or set "
+                f"--config.nonfinite=skip")
+        return h
+
+    def log(done: int, step_metrics: Any, window_steps: int) -> None:
+        nonlocal last_train, skipped_logged
+        m = jax.device_get(step_metrics)  # waits for step `done` only
+        h = read_health()
+        now = time.time()
+        step_time = (now - window["start"] - window["paused"]) / window_steps
+        last_train = train_scalars(m)
+        values = {
+            **last_train,
+            "skipped_nonfinite": h["skipped"] - skipped_logged,
+            "step_time_s": step_time,
+            "tokens_per_s": tokens_per_step / step_time,
+            "mfu": step_flops / step_time / (peak * jax.device_count()),
+            "epoch": batcher.epoch(done),
+        }
+        skipped_logged = h["skipped"]
+        writer.scalars(done, values)
+        progress.log(done, {k: values[k] for k in (
+            "loss", "mlm_accuracy", "learning_rate", "tokens_per_s", "mfu")})
+        window.update(start=now, paused=0.0)
+
     try:
         with PreemptionFlag() as preemption:
             for step in range(start, end):
                 batch = host_batch_to_global(batcher.batch(step), mesh, rules)
                 with mesh, nn.logical_axis_rules(rules):
                     state, step_metrics = train_step(state, batch)
-                window_steps += 1
                 done = step + 1
+                health = steps.track_health(health, step_metrics["finite"], done)
+                window["steps"] += 1
+                if pending_log is not None:  # the previous log step, read while this runs
+                    log(*pending_log)
+                    pending_log = None
                 last = done == end
-                if done % config.log_every_steps == 0 or last or config.nonfinite == "error":
-                    m = jax.device_get(step_metrics)
-                    if not bool(m["finite"]) and config.nonfinite == "error":
-                        raise TrainingError(
-                            f"non-finite loss or gradient at step {done} (loss_sum="
-                            f"{m['loss_sum']}, grad_norm={m['grad_norm']}); not checkpointed. "
-                            f"Lower the learning rate or set --config.nonfinite=skip"
-                        )
                 if done % config.log_every_steps == 0 or last:
-                    step_time = (time.time() - window_start - paused) / window_steps
-                    last_train = train_scalars(m)
-                    values = {
-                        **last_train,
-                        "step_time_s": step_time,
-                        "tokens_per_s": tokens_per_step / step_time,
-                        "mfu": step_flops / step_time / (peak * jax.device_count()),
-                        "epoch": batcher.epoch(done),
-                    }
-                    writer.scalars(done, values)
-                    progress.log(done, {k: values[k] for k in (
-                        "loss", "mlm_accuracy", "learning_rate", "tokens_per_s", "mfu")})
-                    window_start, window_steps, paused = time.time(), 0, 0.0
-                pause_start = time.time()  # eval and checkpoint time is not throughput
+                    pending_log = (done, step_metrics, window["steps"])
+                    window["steps"] = 0
                 evaluated = done % config.eval_every_steps == 0 or last
+                if check_every_step or done % config.log_every_steps == 0 or last:
+                    preempted = preemption.requested()
+                checkpointed = done % config.checkpoint_every_steps == 0 or last or preempted
+                if not (evaluated or checkpointed):
+                    continue
+                if pending_log is not None:
+                    log(*pending_log)
+                    pending_log = None
+                pause_start = time.time()  # eval and checkpoint time is not throughput
+                read_health()
                 if evaluated:
                     last_eval = evaluate()
                     if last_eval:
                         writer.scalars(done, last_eval)
                         metrics.console(f"eval at step {done}: "
                                         + " ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
-                preempted = preemption.requested()
-                if done % config.checkpoint_every_steps == 0 or last or preempted:
+                if checkpointed:
                     scores = {"eval_loss": last_eval["eval_loss"]} if (
                         evaluated and last_eval) else None
                     checkpointer.save(done, state, checkpoint_config, metrics=scores)
                 writer.flush()
-                paused += time.time() - pause_start
+                window["paused"] += time.time() - pause_start
                 if preempted:
                     break
         final = {"step": end, **last_eval, "train_loss": last_train.get("loss")}
@@ -422,7 +454,6 @@ def train_scalars(m: dict[str, Any]) -> dict[str, float]:
         "learning_rate": float(m["learning_rate"]),
         "grad_norm": float(m["grad_norm"]),
         "param_norm": float(m["param_norm"]),
-        "skipped_nonfinite": 0.0 if bool(m["finite"]) else 1.0,
     }
 
 

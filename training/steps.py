@@ -119,6 +119,20 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
     return train_step
 
 
+def initial_health() -> dict[str, jax.Array]:
+    """Device-side record of non-finite steps: the first one (0: none) and how many."""
+    return {"first_nonfinite": jnp.zeros((), jnp.int32), "skipped": jnp.zeros((), jnp.int32)}
+
+
+@jax.jit
+def track_health(health: dict[str, jax.Array], finite: jax.Array, step) -> dict[str, jax.Array]:
+    """Folds one step's `finite` flag in on the device, so the loop need not read it."""
+    bad = jnp.logical_not(finite)
+    first = jnp.where((health["first_nonfinite"] == 0) & bad, step, health["first_nonfinite"])
+    return {"first_nonfinite": first.astype(jnp.int32),
+            "skipped": health["skipped"] + bad.astype(jnp.int32)}
+
+
 def make_eval_step(model, prepare_params=lambda params: params):
     def eval_step(params, batch: Batch) -> dict[str, jax.Array]:
         out = model_outputs(model, prepare_params(params), batch, deterministic=True)
