@@ -52,6 +52,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # An existing vocab.txt / tokenizer.json; None trains WordPiece on the corpus.
     data.tokenizer = ml_collections.config_dict.placeholder(str)
     data.vocab_size = 8192  # WordPiece vocabulary size when training the tokenizer
+    # Share of the corpus (evenly spread chunks) the WordPiece trainer reads; 1.0 = all.
+    # 0.25 trains ~3x faster on a large corpus for ~0.6% more tokens (docs/INGEST.md).
+    data.tokenizer_sample = 1.0
     data.lowercase = True  # uncased WordPiece, as bert-base-uncased
     data.max_seq_length = 128  # tokens per packed sequence, [CLS] and [SEP] included
     data.sentence_pairs = False  # [CLS] A [SEP] B [SEP] with token types

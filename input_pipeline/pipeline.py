@@ -229,6 +229,7 @@ def build_pretraining_data(
 CONFIG_FIELDS = {
     "corpus": "corpus_spec", "text_column": "text_column", "max_corpus_chars": "max_chars",
     "tokenizer": "tokenizer", "vocab_size": "vocab_size", "lowercase": "lowercase",
+    "tokenizer_sample": "tokenizer_sample",
     "max_seq_length": "max_seq_length", "sentence_pairs": "pair",
     "max_predictions_per_seq": "max_predictions_per_seq", "mask_prob": "mask_prob",
     "whole_word_mask": "whole_word_mask", "eval_fraction": "eval_fraction",

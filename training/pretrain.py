@@ -112,7 +112,7 @@ def data_identity(data_config: ml_collections.ConfigDict, tokenizer_dir: str | N
 
 
 # config.data fields that decide which token ids the text becomes.
-TOKEN_ID_FIELDS = ("tokenizer", "vocab_size", "lowercase")
+TOKEN_ID_FIELDS = ("tokenizer", "vocab_size", "lowercase", "tokenizer_sample")
 
 
 def check_same_data(saved: dict[str, Any], identity: dict[str, str],
