@@ -61,6 +61,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     data.max_predictions_per_seq = 20  # static number of MLM targets per sequence
     data.mask_prob = 0.15  # fraction of tokens predicted (80% [MASK], 10% random, 10% kept)
     data.whole_word_mask = False  # mask all WordPieces of a word together
+    # device: masking inside the jitted step (the host only gathers rows; keeps 8
+    # accelerators fed) | host: numpy on the host, the reference (input_pipeline/masking.py)
+    data.masking = "device"
     data.eval_fraction = 0.02  # held-out share of documents for the MLM eval
     data.cache_dir = ml_collections.config_dict.placeholder(str)  # None = WORKDIR/data_cache
 

@@ -15,6 +15,11 @@ Batch dicts (this process's rows, numpy):
   input_ids int32 [b, L] (masked), token_type_ids int32 [b, L], attention_mask int32
   [b, L] (1 on real tokens), masked_positions / masked_ids int32 [b, P],
   masked_weights float32 [b, P].
+With masker=None the masking is left to the device (input_pipeline/device_masking.py):
+  input_ids [b, L] unmasked, as cached (uint16 or int32), token_type_ids int8,
+  attention_mask int8, mask_stream int32 [b, 4] = (seed, stream, a, b) naming the
+  row's random stream as above (train: step s, global row j; eval: example i), and
+  for eval row_weights float32 [b] (0 for the filler rows).
 """
 
 from __future__ import annotations
@@ -44,6 +49,19 @@ def process_rows(global_batch_size: int, process_index: int, process_count: int)
     return slice(per * process_index, per * (process_index + 1))
 
 
+def _device_features(data: PackedSplit, rows: np.ndarray,
+                     streams: list[list[int]]) -> dict[str, np.ndarray]:
+    """Unmasked rows as stored (the device casts and masks them): the host's whole job."""
+    lengths = np.asarray(data.lengths[rows])
+    return {
+        "input_ids": np.asarray(data.input_ids[rows]),
+        "token_type_ids": np.asarray(data.token_type_ids[rows], np.int8),
+        "attention_mask": (np.arange(data.max_seq_length)[None, :]
+                           < lengths[:, None]).astype(np.int8),
+        "mask_stream": np.asarray(streams, np.int32).reshape(len(rows), 4),
+    }
+
+
 def _features(data: PackedSplit, rows: np.ndarray, masker: Masker,
               rngs: list[np.random.Generator]) -> dict[str, np.ndarray]:
     # The cache may hold uint16 ids; the model always gets int32.
@@ -59,8 +77,8 @@ def _features(data: PackedSplit, rows: np.ndarray, masker: Masker,
 class Batcher:
     """Training batches of one split; `batcher(step)` is this process's share of step s."""
 
-    def __init__(self, data: PackedSplit, masker: Masker, global_batch_size: int, seed: int,
-                 *, process_index: int = 0, process_count: int = 1):
+    def __init__(self, data: PackedSplit, masker: Masker | None, global_batch_size: int,
+                 seed: int, *, process_index: int = 0, process_count: int = 1):
         if len(data) == 0:
             raise InputPipelineError("batches: the training split has no sequences")
         if global_batch_size < 1:
@@ -106,6 +124,9 @@ class Batcher:
         """This process's rows of the batch for `step` (or the given rows of it)."""
         rows = self.rows if rows is None else rows
         positions = range(self.global_batch_size)[rows]
+        if self.masker is None:
+            return _device_features(self.data, self.indices(step)[rows],
+                                    [[self.seed, _TRAIN_MASK, step, j] for j in positions])
         rngs = [np.random.default_rng([self.seed, _TRAIN_MASK, step, j]) for j in positions]
         return _features(self.data, self.indices(step)[rows], self.masker, rngs)
 
@@ -126,7 +147,7 @@ class Batcher:
 class EvalBatches:
     """The held-out split as a fixed list of batches; iterate it as often as needed."""
 
-    def __init__(self, data: PackedSplit, masker: Masker, global_batch_size: int,
+    def __init__(self, data: PackedSplit, masker: Masker | None, global_batch_size: int,
                  seed: int = 0, *, num_batches: int | None = None, process_index: int = 0,
                  process_count: int = 1):
         if global_batch_size < 1:
@@ -150,6 +171,11 @@ class EvalBatches:
         examples = examples[self.rows if rows is None else rows]
         real = examples < len(self.data)
         rows = np.where(real, examples, examples % len(self.data))
+        if self.masker is None:
+            batch = _device_features(self.data, rows,
+                                     [[self.seed, _EVAL_MASK, int(e), 0] for e in rows])
+            batch["row_weights"] = real.astype(np.float32)  # filler rows count for nothing
+            return batch
         rngs = [np.random.default_rng([self.seed, _EVAL_MASK, int(e)]) for e in rows]
         batch = _features(self.data, rows, self.masker, rngs)
         batch["masked_weights"] *= real[:, None]  # padding rows count for nothing

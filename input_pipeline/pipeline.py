@@ -81,17 +81,29 @@ class PretrainingData:
                       self.mask_prob if mask_prob is None else mask_prob,
                       whole_word=whole_word, continuation=continuation)
 
+    def device_masker(self) -> DeviceMasker:  # noqa: F821 - imported in the body
+        """The same masking with the defaults above, run inside the jitted step."""
+        # Imported here: the host pipeline (and its encode workers) stay free of JAX.
+        from input_pipeline.device_masking import DeviceMasker
+
+        return DeviceMasker.for_tokenizer(self.tokenizer, self.max_predictions,
+                                          self.mask_prob, self.whole_word)
+
     def batcher(self, global_batch_size: int, *, seed: int, process_index: int = 0,
-                process_count: int = 1, masker: Masker | None = None) -> Batcher:
-        """Training batches: `batcher.batch(step)` is this process's rows of step s."""
-        return Batcher(self.train, masker or self.masker(), global_batch_size, seed,
+                process_count: int = 1, masker: Masker | None = None,
+                on_device: bool = False) -> Batcher:
+        """Training batches: `batcher.batch(step)` is this process's rows of step s.
+        on_device=True leaves the masking to `device_masker()` in the step."""
+        masker = None if on_device else masker or self.masker()
+        return Batcher(self.train, masker, global_batch_size, seed,
                        process_index=process_index, process_count=process_count)
 
     def eval_batches(self, global_batch_size: int, num_batches: int | None = None, *,
                      seed: int = 0, process_index: int = 0, process_count: int = 1,
-                     masker: Masker | None = None) -> EvalBatches:
+                     masker: Masker | None = None, on_device: bool = False) -> EvalBatches:
         """The held-out split, masked the same way at every eval (None: all of it)."""
-        return EvalBatches(self.eval, masker or self.masker(), global_batch_size, seed,
+        masker = None if on_device else masker or self.masker()
+        return EvalBatches(self.eval, masker, global_batch_size, seed,
                            num_batches=num_batches, process_index=process_index,
                            process_count=process_count)
 

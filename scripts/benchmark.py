@@ -55,6 +55,8 @@ import optax
 from absl import app, flags
 
 from configs import pretrain as pretrain_configs
+from input_pipeline.device_masking import DeviceMasker
+from input_pipeline.tokenizer import SpecialIds
 from models import BertForMaskedLM, ModelConfig
 from models.flops import flop_count
 from training import hardware, steps
@@ -75,6 +77,9 @@ flags.DEFINE_integer("predictions", None,
 flags.DEFINE_integer("steps", 10, "timed steps per entry (the median is reported)")
 flags.DEFINE_integer("warmup", 3, "untimed steps per entry after compilation")
 flags.DEFINE_bool("vs_hf", False, "add transformers' FlaxBertForMaskedLM (dense MLM loss)")
+flags.DEFINE_bool("device_masking", False,
+                  "add ours fed unmasked rows, masking inside the step (data.masking=device); "
+                  "its ratio to the first entry is the masking's share of the step")
 flags.DEFINE_bool("dense_mlm", False,
                   "add ours with MLM logits at every position (HF's workload, like for like)")
 flags.DEFINE_float("peak_flops", None, "peak FLOP/s per device for MFU; default: hardware.py")
@@ -219,7 +224,8 @@ def count_params(params: Any) -> int:
 
 
 def our_entry(name: str, spec: str, cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict,
-              shapes: Shapes, batch: dict[str, np.ndarray], seed: int, dense: bool) -> Entry:
+              shapes: Shapes, batch: dict[str, np.ndarray], seed: int, dense: bool,
+              device_masking: bool = False) -> Entry:
     model = BertForMaskedLM(cfg)
     # The schedule's length does not change the step's cost; only its shape must be valid.
     total_steps = max(int(opt_cfg.warmup_steps) + 1, 1000)
@@ -233,11 +239,20 @@ def our_entry(name: str, spec: str, cfg: ModelConfig, opt_cfg: ml_collections.Co
                 "opt_state": optimizer.init(params)}
 
     state = jax.jit(init_state)(jax.random.key(seed))
-    train_step = steps.make_train_step(model, optimizer, schedule, seed)
+    masker, fed = None, our_batch(batch, dense)
+    if device_masking:
+        # The host's whole share: unmasked rows and one stream id per row.
+        masker = DeviceMasker(SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4), cfg.vocab_size,
+                              shapes.predictions)
+        fed = {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+        fed["mask_stream"] = np.stack([np.full(shapes.batch, seed), np.ones(shapes.batch),
+                                       np.zeros(shapes.batch), np.arange(shapes.batch)],
+                                      axis=1).astype(np.int32)
+    train_step = steps.make_train_step(model, optimizer, schedule, seed, masker=masker)
     predictions = shapes.tokens if dense else shapes.batch * shapes.predictions
     return Entry(
         name=name, spec=spec, step=jax.jit(train_step, donate_argnums=(0,)), state=state,
-        batch=jax.device_put(our_batch(batch, dense)),
+        batch=jax.device_put(fed),
         flops=flop_count(cfg, shapes.seq_len).train_step(shapes.tokens, predictions),
         mlm_predictions=predictions, num_params=count_params(state["params"]),
         info={"model": cfg.to_dict()},
@@ -493,7 +508,8 @@ def markdown_table(result: dict[str, Any]) -> str:
 # -- entry point ---------------------------------------------------------------------------------
 def benchmark(config: str, compare: list[str], batch: int | None, seq_len: int | None,
               predictions: int | None, num_steps: int, warmup: int, vs_hf: bool,
-              dense_mlm: bool, peak_flops: float | None, seed: int) -> dict[str, Any]:
+              dense_mlm: bool, peak_flops: float | None, seed: int,
+              device_masking: bool = False) -> dict[str, Any]:
     """Builds every entry, times them round robin, returns the JSON-ready result."""
     if num_steps <= 0 or warmup < 0:
         raise BenchmarkError(f"--steps={num_steps} must be > 0 and --warmup={warmup} >= 0")
@@ -517,6 +533,10 @@ def benchmark(config: str, compare: list[str], batch: int | None, seq_len: int |
     names = ["ours"] + [f"ours[{extra}]" for extra in compare]
     for name, spec, cfg, c in zip(names, specs, model_cfgs, configs, strict=True):
         entries.append(our_entry(name, spec, cfg, optimizer_config(c), shapes, data, seed, False))
+    if device_masking:
+        entries.append(our_entry("ours_device_masking", specs[0], model_cfgs[0],
+                                 optimizer_config(configs[0]), shapes, data, seed, False,
+                                 device_masking=True))
     if dense_mlm:
         entries.append(our_entry("ours_dense_mlm", specs[0], model_cfgs[0],
                                  optimizer_config(configs[0]), shapes, data, seed, True))
@@ -567,7 +587,8 @@ def main(argv: list[str]) -> None:
     try:
         result = benchmark(FLAGS.config, FLAGS.compare, FLAGS.batch, FLAGS.seq_len,
                            FLAGS.predictions, FLAGS.steps, FLAGS.warmup, FLAGS.vs_hf,
-                           FLAGS.dense_mlm, FLAGS.peak_flops, FLAGS.seed)
+                           FLAGS.dense_mlm, FLAGS.peak_flops, FLAGS.seed,
+                           FLAGS.device_masking)
     except (BenchmarkError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -92,9 +92,12 @@ def bare_step_time(config, cache_dir: str, steps: int) -> float:
     rules = sharding.rules_from_config(config.logical_axis_rules)
     model = BertForMaskedLM(pretrain.model_config_for(config, data.vocab_size))
     optimizer, schedule = make_optimizer(config.optimizer, config.num_train_steps)
-    compiled = pretrain.compile_for_mesh(model, optimizer, schedule, config, mesh, rules)
-    batch = pretrain.host_batch_to_global(
-        data.batcher(config.batch_size, seed=config.seed).batch(0), mesh, rules)
+    on_device = config.data.masking == "device"
+    masker = data.device_masker() if on_device else None
+    compiled = pretrain.compile_for_mesh(model, optimizer, schedule, config, mesh, rules,
+                                         masker)
+    batcher = data.batcher(config.batch_size, seed=config.seed, on_device=on_device)
+    batch = pretrain.host_batch_to_global(batcher.batch(0), mesh, rules)
     with mesh:
         state = compiled.init_fn(jax.random.key(config.seed))
         for _ in range(3):

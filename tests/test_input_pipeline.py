@@ -588,7 +588,7 @@ def test_from_config_reads_the_data_block(tmp_path):
                           max_corpus_chars=None, tokenizer=None, vocab_size=150,
                           lowercase=True, max_seq_length=20, sentence_pairs=True,
                           max_predictions_per_seq=3, mask_prob=0.2, whole_word_mask=False,
-                          eval_fraction=0.1, cache_dir=None)
+                          eval_fraction=0.1, cache_dir=None, tokenizer_sample=1.0)
     data = ip.from_config(cfg, tmp_path / "work")
     assert data.packed_dir.parent == tmp_path / "work" / "data_cache"
     assert data.max_seq_length == 20 and data.meta["pair"] and data.meta["eval_fraction"] == 0.1

@@ -9,6 +9,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from configs import pretrain
+from input_pipeline.device_masking import DeviceMasker
+from input_pipeline.tokenizer import SpecialIds
 from models import BertForMaskedLM, ModelConfig
 from training import sharding
 from training.optimizer import make_optimizer
@@ -42,15 +44,21 @@ def random_batch(batch: int, length: int, predictions: int, vocab: int) -> dict:
     }
 
 
-def run_steps(config, mesh_spec, devices, num_steps=2):
+def run_steps(config, mesh_spec, devices, num_steps=2, device_masking=False):
     model = BertForMaskedLM(ModelConfig.from_config(config.model))
     optimizer, schedule = make_optimizer(config.optimizer, config.num_train_steps)
     mesh = sharding.make_mesh(mesh_spec, devices)
     rules = sharding.DEFAULT_RULES
-    compiled = compile_for_mesh(model, optimizer, schedule, config, mesh, rules)
+    masker = None
+    batch = random_batch(8, 16, 4, 64)
+    if device_masking:  # unmasked rows; the step masks them from each row's stream
+        masker = DeviceMasker(SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4), 64, 4)
+        batch = {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+        batch["mask_stream"] = np.stack([np.zeros(8), np.ones(8), np.full(8, 3),
+                                         np.arange(8)], axis=1).astype(np.int32)
+    compiled = compile_for_mesh(model, optimizer, schedule, config, mesh, rules, masker)
     with mesh:
         state = compiled.init_fn(jax.random.key(0))
-    batch = random_batch(8, 16, 4, 64)
     history = []
     for _ in range(num_steps):
         global_batch = host_batch_to_global(batch, mesh, rules)
@@ -88,6 +96,25 @@ def test_sharded_run_equals_single_device_run(attention, sparse_final_layer):
     mu = sharded_state["opt_state"]
     leaves = [x for x in jax.tree.leaves(mu) if getattr(x, "shape", None) == (32, 4, 8)]
     assert leaves and all(x.sharding.spec == P("fsdp", "tensor", None) for x in leaves)
+
+
+@pytest.mark.parametrize("mesh_spec,grad_accum", [({"data": 2, "fsdp": 2, "tensor": 2}, 1),
+                                                  ({"data": 1}, 2)])
+def test_device_masking_is_the_same_on_any_mesh_and_accumulation(mesh_spec, grad_accum):
+    """Masks come from each row's stream, so neither the layout nor micro-batching
+    changes them: the same losses and parameters as one device, one batch."""
+    config = small_config("multi_head")
+    single_state, single = run_steps(config, {"data": 1}, jax.devices()[:1],
+                                     device_masking=True)
+    config.grad_accum_steps = grad_accum
+    devices = jax.devices() if len(mesh_spec) > 1 else jax.devices()[:1]
+    other_state, other = run_steps(config, mesh_spec, devices, device_masking=True)
+    assert single[0]["weight"] > 0
+    for a, b in zip(single, other, strict=True):
+        for key in ("loss_sum", "correct", "weight", "grad_norm"):
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+                 jax.device_get(single_state["params"]), jax.device_get(other_state["params"]))
 
 
 def test_mesh_shape_fills_and_rejects():

@@ -132,3 +132,11 @@ def test_the_loop_reads_the_device_only_at_log_eval_and_checkpoint_steps(corpus,
     # 3 logs (metrics + health each), the health check before eval/checkpoint, 2 eval
     # batches, and reads outside the loop (restore, setup): far below one per step.
     assert len(reads) <= 12, len(reads)
+
+
+def test_host_masking_is_still_a_choice(corpus, tmp_path):
+    """data.masking=host: numpy masks on the host (the reference recipe) and the step
+    takes masked batches."""
+    final = train_and_evaluate(tiny_config(*corpus, steps=10, **{"data.masking": "host"}),
+                               str(tmp_path / "run"))
+    assert np.isfinite(final["train_loss"]) and final["eval_loss"] < 9

@@ -52,6 +52,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
             raise ValueError(f"{name}={config[name]!r} must be a positive integer")
     if config.eval_batches < 0:
         raise ValueError(f"eval_batches={config.eval_batches} must be >= 0")
+    if config.data.masking not in ("device", "host"):
+        raise ValueError(f"data.masking={config.data.masking!r} is unknown; choose device or "
+                         f"host")
     if config.nonfinite not in ("error", "skip"):
         raise ValueError(f"nonfinite={config.nonfinite!r} is unknown; choose error or skip")
     if config.data.max_seq_length > config.model.max_position_embeddings:
@@ -158,8 +161,10 @@ class Compiled:
     eval_step: Any  # (params, batch) -> sums
 
 
-def compile_for_mesh(model, optimizer, schedule, config, mesh, rules) -> Compiled:
-    """Shapes -> shardings -> jitted init/train/eval functions for this mesh."""
+def compile_for_mesh(model, optimizer, schedule, config, mesh, rules,
+                     masker=None) -> Compiled:
+    """Shapes -> shardings -> jitted init/train/eval functions for this mesh; `masker`:
+    a DeviceMasker run inside the steps (None: batches arrive masked)."""
     seq_len, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq
 
     def init_state(rng):
@@ -179,12 +184,12 @@ def compile_for_mesh(model, optimizer, schedule, config, mesh, rules) -> Compile
         train_step = jax.jit(
             steps.make_train_step(model, optimizer, schedule, config.seed,
                                   config.grad_accum_steps, config.nonfinite == "skip",
-                                  prepare_params=gather),
+                                  prepare_params=gather, masker=masker),
             in_shardings=(state_shardings, None),
             out_shardings=(state_shardings, None),
             donate_argnums=(0,),
         )
-        eval_step = jax.jit(steps.make_eval_step(model, gather))
+        eval_step = jax.jit(steps.make_eval_step(model, gather, masker))
     return Compiled(abstract_state, state_shardings, init_fn, train_step, eval_step)
 
 
@@ -246,23 +251,30 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                                 f"--workdir")
         identity = {**data_identity(data_config, data_config.tokenizer),
                     "tokenizer_dir": data_config.tokenizer}
-        vocab_size = input_pipeline.load_tokenizer(
-            data_config.tokenizer, lowercase=data_config.lowercase
-        ).get_vocab_size(with_added_tokens=True)
+        tokenizer = input_pipeline.load_tokenizer(data_config.tokenizer,
+                                                  lowercase=data_config.lowercase)
     else:
         data = build_data(data_config, workdir)
         identity = {"corpus": data.meta["corpus"],
                     "corpus_identity": data.meta["corpus_identity"],
                     "tokenizer_hash": data.meta["tokenizer_hash"]}
-        vocab_size = data.vocab_size
+        tokenizer = data.tokenizer
 
     # -- model and optimizer --------------------------------------------------------
-    model_cfg = model_config_for(config, vocab_size)
+    model_cfg = model_config_for(config, tokenizer.get_vocab_size(with_added_tokens=True))
     model = BertForMaskedLM(model_cfg)
     optimizer, schedule = make_optimizer(config.optimizer, config.num_train_steps)
     seq_len, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq
 
-    compiled = compile_for_mesh(model, optimizer, schedule, config, mesh, rules)
+    on_device = config.data.masking == "device"
+    masker = None
+    if on_device:
+        from input_pipeline.device_masking import DeviceMasker
+
+        masker = DeviceMasker.for_tokenizer(
+            tokenizer, config.data.max_predictions_per_seq, config.data.mask_prob,
+            config.data.whole_word_mask)
+    compiled = compile_for_mesh(model, optimizer, schedule, config, mesh, rules, masker)
     abstract_state = compiled.abstract_state
     init_fn, train_step, eval_step = compiled.init_fn, compiled.train_step, compiled.eval_step
     num_params = sum(x.size for x in jax.tree.leaves(abstract_state["params"]))
@@ -305,12 +317,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     # -- input ----------------------------------------------------------------------
     # Each process builds only its own rows of every global batch.
     shard = {"process_index": jax.process_index(), "process_count": jax.process_count()}
-    batcher = data.batcher(config.batch_size, seed=config.seed, **shard)
+    batcher = data.batcher(config.batch_size, seed=config.seed, on_device=on_device, **shard)
     # Eval masks use a fixed seed so every run (and every seed) is scored on the same targets.
     has_eval = len(data.eval) > 0 and config.eval_batches > 0
     if has_eval:
         eval_batches = data.eval_batches(config.batch_size, config.eval_batches, seed=0,
-                                         **shard)
+                                         on_device=on_device, **shard)
     else:
         metrics.console("warning: no held-out eval (the eval split is empty or "
                         "eval_batches=0): no eval metrics are reported and checkpoints are "

@@ -49,11 +49,13 @@ def global_norm(tree: Any) -> jax.Array:
 
 def make_train_step(model, optimizer: optax.GradientTransformation, schedule, seed: int,
                     grad_accum_steps: int = 1, skip_nonfinite: bool = False,
-                    prepare_params=lambda params: params):
+                    prepare_params=lambda params: params, masker=None):
     """Returns train_step(state, batch) -> (state, metrics); state = {step, params, opt_state}.
 
     `prepare_params` maps stored params to their compute layout (e.g. the FSDP
     all-gather of training/sharding.fsdp_gather); gradients flow back through it.
+    `masker` (input_pipeline.device_masking.DeviceMasker) masks unmasked host batches
+    inside the step; None: the batch arrives masked.
     """
 
     def loss_and_sums(params, batch, rng, denominator):
@@ -66,6 +68,8 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
     grad_fn = jax.grad(loss_and_sums, has_aux=True)
 
     def train_step(state, batch: Batch):
+        if masker is not None:
+            batch = masker(batch)
         # The dropout key is a function of (seed, step): a resumed run draws the same masks.
         rng = jax.random.fold_in(jax.random.key(seed), state["step"])
         # Mean over every real target of the global batch (all micro-batches).
@@ -133,8 +137,10 @@ def track_health(health: dict[str, jax.Array], finite: jax.Array, step) -> dict[
             "skipped": health["skipped"] + bad.astype(jnp.int32)}
 
 
-def make_eval_step(model, prepare_params=lambda params: params):
+def make_eval_step(model, prepare_params=lambda params: params, masker=None):
     def eval_step(params, batch: Batch) -> dict[str, jax.Array]:
+        if masker is not None:
+            batch = masker(batch)
         out = model_outputs(model, prepare_params(params), batch, deterministic=True)
         return mlm_sums(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
 
