@@ -63,6 +63,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval_batch_size = 128
     config.log_every_steps = 50
     config.write_test_predictions = True  # GLUE submission files for the best run
+    # Mesh axes sizes, as pretraining: data parallel over every device by default; set
+    # fsdp (or tensor) to shard a large row's parameters. Batch sizes must divide by the
+    # batch shards (data x fsdp).
+    config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+    config.logical_axis_rules = ()  # empty: training/sharding.py's DEFAULT_RULES
 
     for key, value in args.items():
         field = GLUE_ARGS[key]

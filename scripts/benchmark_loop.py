@@ -97,7 +97,7 @@ def bare_step_time(config, cache_dir: str, steps: int) -> float:
     compiled = pretrain.compile_for_mesh(model, optimizer, schedule, config, mesh, rules,
                                          masker)
     batcher = data.batcher(config.batch_size, seed=config.seed, on_device=on_device)
-    batch = pretrain.host_batch_to_global(batcher.batch(0), mesh, rules)
+    batch = sharding.host_batch_to_global(batcher.batch(0), mesh, rules)
     with mesh:
         state = compiled.init_fn(jax.random.key(config.seed))
         for _ in range(3):

@@ -14,7 +14,8 @@ from input_pipeline.tokenizer import SpecialIds
 from models import BertForMaskedLM, ModelConfig
 from training import sharding
 from training.optimizer import make_optimizer
-from training.pretrain import compile_for_mesh, host_batch_to_global
+from training.pretrain import compile_for_mesh
+from training.sharding import host_batch_to_global
 
 
 def small_config(attention: str):

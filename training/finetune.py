@@ -23,16 +23,16 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 import tokenizers
 
 import glue
+import input_pipeline
 from models import BertForSequenceClassification, BertModel, ModelConfig
-from training import checkpoints, metrics
+from training import checkpoints, metrics, sharding, steps
 from training.checkpoints import CheckpointError
 from training.cli import Stopped
 from training.files import write_json_atomic, write_text_atomic
-from training.optimizer import make_optimizer, with_learning_rate
+from training.optimizer import make_optimizer
 from training.preemption import PreemptionFlag
 from training.workdir import WorkdirLock
 
@@ -161,38 +161,8 @@ def missing_test_files(task: glue.GlueTask, config) -> list[str]:
 
 
 # -- one run ---------------------------------------------------------------------------
-def make_steps(model, task: glue.GlueTask, optimizer):
-    regression = task.is_regression
-
-    def loss_fn(params, batch, rng):
-        logits = model.apply({"params": params}, batch["input_ids"], batch["token_type_ids"],
-                             batch["attention_mask"], deterministic=False,
-                             rngs={"dropout": rng})
-        if regression:
-            losses = jnp.square(logits[:, 0] - batch["labels"])
-        else:
-            losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
-        weights = batch["weights"]
-        return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
-
-    @jax.jit
-    def train_step(params, opt_state, batch, rng, learning_rate):
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch, rng)
-        updates, opt_state = optimizer.update(
-            grads, with_learning_rate(opt_state, learning_rate), params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    @jax.jit
-    def predict(params, batch):
-        logits = model.apply({"params": params}, batch["input_ids"], batch["token_type_ids"],
-                             batch["attention_mask"], deterministic=True)
-        return logits[:, 0] if regression else jnp.argmax(logits, axis=-1)
-
-    return train_step, predict
-
-
 def batches(arrays: dict[str, np.ndarray], order: np.ndarray, batch_size: int):
-    """Fixed-shape batches: the last one is padded with weight-0 rows."""
+    """Fixed-shape global batches: the last one is padded with weight-0 rows."""
     keys = ("input_ids", "token_type_ids", "attention_mask", "labels")
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
@@ -206,20 +176,45 @@ def batches(arrays: dict[str, np.ndarray], order: np.ndarray, batch_size: int):
         yield batch
 
 
-def predict_split(predict, params, arrays, batch_size: int) -> np.ndarray:
+def on_mesh(batch: dict[str, np.ndarray], mesh, rules) -> dict[str, jax.Array]:
+    """A global batch -> sharded arrays; each process contributes only its own rows."""
+    rows = input_pipeline.process_rows(len(batch["weights"]), jax.process_index(),
+                                       jax.process_count())
+    return sharding.host_batch_to_global({k: v[rows] for k, v in batch.items()}, mesh, rules)
+
+
+def predict_split(predict, params, arrays, batch_size: int, mesh, rules) -> np.ndarray:
     out = []
     for batch in batches(arrays, np.arange(len(arrays["input_ids"])), batch_size):
         real = int(batch["weights"].sum())
-        out.append(np.asarray(predict(params, batch))[:real])
+        with mesh, nn.logical_axis_rules(rules):
+            scores = predict(params, on_mesh(batch, mesh, rules))
+        out.append(sharding.to_host(scores)[:real])
     return np.concatenate(out)
 
 
+def make_mesh(config, devices=None):
+    """The fine-tuning mesh and rules (config.mesh, config.logical_axis_rules): data
+    parallel over every device by default; `fsdp` shards a large row's parameters."""
+    mesh = sharding.make_mesh(dict(config.mesh), devices)
+    rules = sharding.rules_from_config(config.logical_axis_rules)
+    divisor = sharding.batch_divisor(mesh, rules)
+    for name in ("batch_size", "eval_batch_size"):
+        if config[name] % divisor:
+            raise ValueError(f"{name}={config[name]} must divide by the batch shards "
+                             f"({divisor}) of mesh {dict(mesh.shape)}")
+    return mesh, rules
+
+
 def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rate: float,
-                 seed: int, config, run_dir: str) -> dict[str, Any]:
+                 seed: int, config, run_dir: str, mesh_and_rules=None) -> dict[str, Any]:
+    """One (task, lr, seed) run on the mesh, with pretraining's sharded state, optimizer
+    builder and train step (training/steps.py, ClassifierObjective)."""
     result_path = os.path.join(run_dir, "result.json")
     if os.path.exists(result_path):
         with open(result_path) as f:
             return json.load(f)  # finished earlier: never redone, never overwritten
+    mesh, rules = mesh_and_rules or make_mesh(config)
     os.makedirs(run_dir, exist_ok=True)
     model = BertForSequenceClassification(pretrained.model_config, task.num_labels)
     train = data["train"]
@@ -232,31 +227,34 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
         name="adamw", learning_rate=learning_rate, schedule="linear",
         warmup_steps=int(config.warmup_fraction * total_steps), b1=0.9, b2=0.999, eps=1e-6,
         weight_decay=config.weight_decay, grad_clip_norm=1.0)), total_steps)
-    ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
-    params = nn.unbox(model.init(jax.random.key(seed), ids, ids, ids))["params"]
-    # The pretrained encoder; the classifier (and a pooler the checkpoint lacks) stay fresh.
-    bert = flax.traverse_util.flatten_dict(params["bert"], sep="/")
-    bert.update(flax.traverse_util.flatten_dict(pretrained.bert_params, sep="/"))
-    params = {**params, "bert": jax.tree.map(
-        jnp.asarray, flax.traverse_util.unflatten_dict(bert, sep="/"))}
-    # Committed to one device up front: otherwise the first step's uncommitted inputs
-    # and the later committed ones compile the step twice.
-    params, opt_state = jax.device_put((params, optimizer.init(params)), jax.devices()[0])
-    train_step, predict = make_steps(model, task, optimizer)
+
+    def init_state(rng):
+        ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
+        params = model.init(rng, ids, ids, ids)["params"]
+        return {"step": jnp.zeros((), jnp.int32), "params": params,
+                "opt_state": optimizer.init(params)}
+
+    sharded = sharding.ShardedState(init_state, mesh, rules, jax.random.key(seed))
+    # Dropout keys fold the step into key(seed + 1), apart from the init key(seed).
+    train_step = sharded.jit_step(steps.make_train_step(
+        model, optimizer, schedule, seed + 1, prepare_params=sharded.gather,
+        objective=steps.ClassifierObjective(task.is_regression)))
+    with mesh, nn.logical_axis_rules(rules):
+        predict = jax.jit(steps.make_predict_step(model, task.is_regression, sharded.gather))
 
     # A preempted run left a checkpoint: continue from its step (same batches, same
     # dropout keys, since both are functions of (seed, step)).
     checkpointer = checkpoints.Checkpointer(os.path.join(run_dir, "checkpoints"), keep_last=1)
-    start = 0
     if checkpointer.latest_step() is not None:
-        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                                               sharding=x.sharding),
-                                {"params": params, "opt_state": opt_state})
-        state, _, start = checkpointer.restore(abstract)
-        params, opt_state = state["params"], state["opt_state"]
+        state, _, start = checkpointer.restore(sharded.abstract)
+    else:
+        with mesh, nn.logical_axis_rules(rules):
+            state = sharded.init(jax.random.key(seed))
+        state["params"] = with_pretrained_encoder(state["params"], pretrained.bert_params,
+                                                  sharded.shardings["params"])
+        start = 0
     writer = metrics.MetricWriter(run_dir)
     step = 0
-    dropout_key = jax.random.key(seed + 1)
     losses = []
     with PreemptionFlag() as preemption:
         for epoch in range(math.ceil(config.num_epochs)):
@@ -267,44 +265,60 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
                 if step < start:
                     step += 1
                     continue
-                lr = float(schedule(step))
-                params, opt_state, loss = train_step(params, opt_state, batch,
-                                                     jax.random.fold_in(dropout_key, step), lr)
+                with mesh, nn.logical_axis_rules(rules):
+                    state, step_metrics = train_step(state, on_mesh(batch, mesh, rules))
                 step += 1
                 if step % config.log_every_steps == 0 or step == total_steps:
-                    loss = float(loss)
-                    if not math.isfinite(loss):
+                    m = jax.device_get(step_metrics)
+                    loss = float(m["loss_sum"]) / max(float(m["weight"]), 1.0)
+                    if not bool(m["finite"]):
                         raise RuntimeError(f"{task.name} lr={learning_rate} seed={seed}: "
                                            f"non-finite loss at step {step}")
                     losses.append(loss)
-                    writer.scalars(step, {"train_loss": loss, "learning_rate": lr})
+                    writer.scalars(step, {"train_loss": loss,
+                                          "learning_rate": float(m["learning_rate"])})
                 if preemption.requested():
-                    checkpointer.save(step, {"params": params, "opt_state": opt_state},
+                    checkpointer.save(step, state,
                                       {"task": task.name, "lr": learning_rate, "seed": seed})
                     writer.close()
                     raise Stopped(f"{preemption.signal_name}: saved {task.name} "
-                                    f"lr={learning_rate:g} seed={seed} at step {step}; rerun "
-                                    f"the same command to continue")
+                                  f"lr={learning_rate:g} seed={seed} at step {step}; rerun "
+                                  f"the same command to continue")
+    params = state["params"]
     dev = {}
     for split in task.dev_splits:
-        predictions = predict_split(predict, params, data[split], config.eval_batch_size)
+        predictions = predict_split(predict, params, data[split], config.eval_batch_size,
+                                    mesh, rules)
         dev[split] = glue.compute_metrics(task, predictions, data[split]["labels"])
         writer.scalars(step, {f"{split}/{k}": v for k, v in dev[split].items()})
     writer.close()
     for split in task.test_splits:
-        if split in data:
+        if split in data and jax.process_index() == 0:
             np.save(os.path.join(run_dir, f"{split}_predictions.npy"),
-                    predict_split(predict, params, data[split], config.eval_batch_size))
+                    predict_split(predict, params, data[split], config.eval_batch_size,
+                                  mesh, rules))
     checkpointer.close()
     result = {
         "task": task.name, "learning_rate": learning_rate, "seed": seed, "steps": step,
         "dev": dev, "main": float(np.mean([glue.main_score(task, m) for m in dev.values()])),
         "final_train_loss": losses[-1] if losses else None,
     }
-    write_json_atomic(result_path, result)
-    # Finished: the result is final, the mid-run checkpoint is no longer needed.
-    shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
+    if jax.process_index() == 0:
+        write_json_atomic(result_path, result)
+        # Finished: the result is final, the mid-run checkpoint is no longer needed.
+        shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
     return result
+
+
+def with_pretrained_encoder(params: dict[str, Any], bert: dict[str, Any],
+                            shardings: dict[str, Any]) -> dict[str, Any]:
+    """Fresh params with the pretrained encoder in, laid out as `shardings`; the
+    classifier (and a pooler the checkpoint lacks) stay as initialised."""
+    flat = flax.traverse_util.flatten_dict(params["bert"], sep="/")
+    flat_shardings = flax.traverse_util.flatten_dict(shardings["bert"], sep="/")
+    for name, value in flax.traverse_util.flatten_dict(bert, sep="/").items():
+        flat[name] = sharding.host_value_to_global(np.asarray(value), flat_shardings[name])
+    return {**params, "bert": flax.traverse_util.unflatten_dict(flat, sep="/")}
 
 
 # -- a task and the suite --------------------------------------------------------------
@@ -334,14 +348,16 @@ def summarize(task: glue.GlueTask, runs: list[dict[str, Any]]) -> dict[str, Any]
     }
 
 
-def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str) -> dict:
+def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str,
+             mesh_and_rules=None) -> dict:
     data = load_task_data(task, config, pretrained.tokenizer)
     runs = []
     total = len(config.learning_rates) * config.num_seeds
     for lr in config.learning_rates:
         for seed in range(config.num_seeds):
             run_dir = os.path.join(workdir, task.name, f"lr{lr:g}_seed{seed}")
-            result = finetune_run(task, pretrained, data, float(lr), seed, config, run_dir)
+            result = finetune_run(task, pretrained, data, float(lr), seed, config, run_dir,
+                                  mesh_and_rules)
             runs.append(result)
             metrics.console(f"{task.name} [{len(runs)}/{total}] lr={lr:g} seed={seed}: "
                             + " ".join(f"{s}:{glue.main_score(task, m):.2f}"
@@ -385,15 +401,18 @@ def markdown_table(results: dict[str, Any], label: str) -> str:
     return "\n".join([header, rule, row])
 
 
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, Any]:
+    """Every task of config.task on the mesh of config.mesh (over `devices`, default all)."""
     names = ALL_TASKS if str(config.task).lower() == "all" else str(config.task).split("/")
     tasks = [glue.get_task(name) for name in names]
     os.makedirs(workdir, exist_ok=True)
+    mesh_and_rules = make_mesh(config, devices)  # bad mesh or batch sizes: fail first
     with WorkdirLock(workdir):  # a second eval_glue.py on a live workdir is refused
-        return _run(config, workdir, tasks)
+        return _run(config, workdir, tasks, mesh_and_rules)
 
 
-def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list) -> dict[str, Any]:
+def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list,
+         mesh_and_rules) -> dict[str, Any]:
     pretrained = load_pretrained(config)
     check_workdir_identity(workdir, pretrained, config)
     results: dict[str, Any] = {"init": pretrained.source, "tasks": {}, "skipped": {},
@@ -405,7 +424,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list) -> dict[s
             results["tasks"].update(json.load(f).get("tasks", {}))
     for task in tasks:
         try:
-            results["tasks"][task.name] = run_task(task, pretrained, config, workdir)
+            results["tasks"][task.name] = run_task(task, pretrained, config, workdir,
+                                                   mesh_and_rules)
             results["skipped"].pop(task.name, None)
             missing = missing_test_files(task, config)
             if missing:

@@ -143,15 +143,6 @@ def check_same_data(saved: dict[str, Any], identity: dict[str, str],
             f"resume with the run's own tokenizer/ or use a new --workdir")
 
 
-def host_batch_to_global(batch: dict[str, np.ndarray], mesh, rules) -> dict[str, jax.Array]:
-    """This process's rows -> one global array per feature, sharded on the batch axis."""
-    return {
-        k: jax.make_array_from_process_local_data(
-            sharding.batch_sharding(mesh, rules, v.ndim), v)
-        for k, v in batch.items()
-    }
-
-
 @dataclasses.dataclass
 class Compiled:
     abstract_state: Any  # ShapeDtypeStructs carrying their shardings
@@ -173,24 +164,13 @@ def compile_for_mesh(model, optimizer, schedule, config, mesh, rules,
         return {"step": jnp.zeros((), jnp.int32), "params": params,
                 "opt_state": optimizer.init(params)}
 
-    boxed_shapes = jax.eval_shape(init_state, jax.random.key(config.seed))
-    state_shardings = sharding.logical_shardings(boxed_shapes, mesh, rules)
-    abstract_state = jax.tree.map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-        nn.unbox(boxed_shapes), state_shardings)
-    gather = sharding.fsdp_gather(sharding.without_axis(state_shardings["params"]))
+    state = sharding.ShardedState(init_state, mesh, rules, jax.random.key(config.seed))
+    train_step = state.jit_step(steps.make_train_step(
+        model, optimizer, schedule, config.seed, config.grad_accum_steps,
+        config.nonfinite == "skip", prepare_params=state.gather, masker=masker))
     with mesh, nn.logical_axis_rules(rules):
-        init_fn = jax.jit(lambda r: nn.unbox(init_state(r)), out_shardings=state_shardings)
-        train_step = jax.jit(
-            steps.make_train_step(model, optimizer, schedule, config.seed,
-                                  config.grad_accum_steps, config.nonfinite == "skip",
-                                  prepare_params=gather, masker=masker),
-            in_shardings=(state_shardings, None),
-            out_shardings=(state_shardings, None),
-            donate_argnums=(0,),
-        )
-        eval_step = jax.jit(steps.make_eval_step(model, gather, masker))
-    return Compiled(abstract_state, state_shardings, init_fn, train_step, eval_step)
+        eval_step = jax.jit(steps.make_eval_step(model, state.gather, masker))
+    return Compiled(state.abstract, state.shardings, state.init, train_step, eval_step)
 
 
 def build_data(data_config: ml_collections.ConfigDict, workdir: str):
@@ -344,7 +324,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         totals = {"loss_sum": 0.0, "correct": 0.0, "weight": 0.0}
         with mesh, nn.logical_axis_rules(rules):
             for i in range(len(eval_batches)):
-                batch = host_batch_to_global(eval_batches.batch(i), mesh, rules)
+                batch = sharding.host_batch_to_global(eval_batches.batch(i), mesh, rules)
                 sums = jax.device_get(eval_step(state["params"], batch))
                 totals = {k: totals[k] + float(sums[k]) for k in totals}
         if totals["weight"] == 0:
@@ -400,7 +380,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     try:
         with PreemptionFlag() as preemption:
             for step in range(start, end):
-                batch = host_batch_to_global(batcher.batch(step), mesh, rules)
+                batch = sharding.host_batch_to_global(batcher.batch(step), mesh, rules)
                 with mesh, nn.logical_axis_rules(rules):
                     state, step_metrics = train_step(state, batch)
                 done = step + 1

@@ -127,3 +127,54 @@ def fsdp_gather(compute_shardings: Any):
         return jax.tree.map(jax.lax.with_sharding_constraint, params, compute_shardings)
 
     return gather
+
+
+def host_batch_to_global(batch: dict[str, np.ndarray], mesh: Mesh, rules) -> dict[str, Any]:
+    """This process's rows -> one global array per feature, sharded on the batch axis."""
+    return {
+        k: jax.make_array_from_process_local_data(batch_sharding(mesh, rules, v.ndim), v)
+        for k, v in batch.items()
+    }
+
+
+def host_value_to_global(value: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """An array every process holds whole (e.g. loaded weights) -> laid out as `sharding`."""
+    value = np.asarray(value)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def to_host(array: jax.Array) -> np.ndarray:
+    """A global array, whole, on every process (an all-gather when several)."""
+    if jax.process_count() == 1:
+        return np.asarray(jax.device_get(array))
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+
+class ShardedState:
+    """A train state {step, params, opt_state} laid out on a mesh by the logical rules.
+
+    From `init_state(rng)` (which may return boxed, logically annotated params) it
+    derives, once: the shapes (jax.eval_shape, nothing is computed), the shardings,
+    `abstract` ShapeDtypeStructs carrying them (to restore checkpoints onto), `init`
+    (rng -> state created directly sharded), and `gather` (params -> their compute
+    layout, fsdp gathered; see fsdp_gather).
+    """
+
+    def __init__(self, init_state, mesh: Mesh, rules, rng: jax.Array):
+        boxed = jax.eval_shape(init_state, rng)
+        self.mesh, self.rules = mesh, rules
+        self.shardings = logical_shardings(boxed, mesh, rules)
+        self.abstract = jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+            nn.unbox(boxed), self.shardings)
+        self.gather = fsdp_gather(without_axis(self.shardings["params"]))
+        with mesh, nn.logical_axis_rules(rules):
+            self.init = jax.jit(lambda r: nn.unbox(init_state(r)), out_shardings=self.shardings)
+
+    def jit_step(self, step_fn):
+        """step_fn(state, batch) -> (state, metrics), jitted with the state donated."""
+        with self.mesh, nn.logical_axis_rules(self.rules):
+            return jax.jit(step_fn, in_shardings=(self.shardings, None),
+                           out_shardings=(self.shardings, None), donate_argnums=(0,))

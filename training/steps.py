@@ -1,9 +1,13 @@
-"""The pure, jit-compiled MLM train and eval steps.
+"""The pure, jit-compiled train and eval steps of pretraining (MLM) and GLUE
+fine-tuning (classification and regression), side by side.
 
-Einsum letters: B batch, P masked positions per sequence, V vocabulary.
+One train step serves both: an *objective* turns (model, params, batch) into sums
+(loss_sum, weight, and e.g. correct), and `weights(batch)` gives the per-example
+weights whose global sum normalises the loss. Metrics leave the step as sums plus
+that denominator, so they average correctly over micro-batches, devices and hosts.
 
-Metrics leave the step as sums plus a denominator (loss_sum, correct, weight),
-so they average correctly over micro-batches, devices and hosts.
+Shapes: B batch, T sequence length, P masked positions per sequence, V vocabulary,
+C classes.
 """
 
 from __future__ import annotations
@@ -43,24 +47,82 @@ def model_outputs(model, params, batch: Batch, deterministic: bool, rng=None):
     )
 
 
+class MLMObjective:
+    """BertForMaskedLM: cross-entropy over the P masked positions (B, P, V)."""
+
+    sum_names = ("loss_sum", "correct", "weight")
+
+    @staticmethod
+    def weights(batch: Batch) -> jax.Array:
+        return batch["masked_weights"]
+
+    @staticmethod
+    def sums(model, params, batch: Batch, deterministic: bool, rng=None):
+        out = model_outputs(model, params, batch, deterministic, rng)
+        return mlm_sums(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
+
+
+class ClassifierObjective:
+    """BertForSequenceClassification: cross-entropy over C classes, or squared error
+    for a regression task (C = 1, STS-B), weighted per example (B,)."""
+
+    sum_names = ("loss_sum", "weight")
+
+    def __init__(self, regression: bool):
+        self.regression = regression
+
+    @staticmethod
+    def weights(batch: Batch) -> jax.Array:
+        return batch["weights"]
+
+    def sums(self, model, params, batch: Batch, deterministic: bool, rng=None):
+        logits = classifier_logits(model, params, batch, deterministic, rng)  # (B, C)
+        if self.regression:
+            losses = jnp.square(logits[:, 0] - batch["labels"])
+        else:
+            losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
+        return {"loss_sum": jnp.sum(losses * batch["weights"]),
+                "weight": jnp.sum(batch["weights"])}
+
+
+def classifier_logits(model, params, batch: Batch, deterministic: bool, rng=None):
+    rngs = None if rng is None else {"dropout": rng}
+    return model.apply({"params": params}, batch["input_ids"], batch["token_type_ids"],
+                       batch["attention_mask"], deterministic=deterministic, rngs=rngs)
+
+
+def make_predict_step(model, regression: bool, prepare_params=lambda params: params):
+    """predict(params, batch) -> (B,) scores (regression) or class ids."""
+
+    def predict(params, batch: Batch) -> jax.Array:
+        logits = classifier_logits(model, prepare_params(params), batch, deterministic=True)
+        return logits[:, 0] if regression else jnp.argmax(logits, axis=-1)
+
+    return predict
+
+
 def global_norm(tree: Any) -> jax.Array:
     return optax.global_norm(tree)
 
 
 def make_train_step(model, optimizer: optax.GradientTransformation, schedule, seed: int,
                     grad_accum_steps: int = 1, skip_nonfinite: bool = False,
-                    prepare_params=lambda params: params, masker=None):
+                    prepare_params=lambda params: params, masker=None,
+                    objective=None):
     """Returns train_step(state, batch) -> (state, metrics); state = {step, params, opt_state}.
 
+    `objective`: MLMObjective (pretraining, the default) or ClassifierObjective (GLUE).
     `prepare_params` maps stored params to their compute layout (e.g. the FSDP
     all-gather of training/sharding.fsdp_gather); gradients flow back through it.
     `masker` (input_pipeline.device_masking.DeviceMasker) masks unmasked host batches
     inside the step; None: the batch arrives masked.
     """
 
+    objective = objective or MLMObjective()
+
     def loss_and_sums(params, batch, rng, denominator):
-        out = model_outputs(model, prepare_params(params), batch, deterministic=False, rng=rng)
-        sums = mlm_sums(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
+        sums = objective.sums(model, prepare_params(params), batch, deterministic=False,
+                              rng=rng)
         # Normalised here, by the whole global batch's target count, rather than by
         # dividing every gradient afterwards: one less pass over all parameters.
         return sums["loss_sum"] / denominator, sums
@@ -73,7 +135,7 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
         # The dropout key is a function of (seed, step): a resumed run draws the same masks.
         rng = jax.random.fold_in(jax.random.key(seed), state["step"])
         # Mean over every real target of the global batch (all micro-batches).
-        denominator = jnp.maximum(jnp.sum(batch["masked_weights"]), 1.0)
+        denominator = jnp.maximum(jnp.sum(objective.weights(batch)), 1.0)
         if grad_accum_steps == 1:
             grads, sums = grad_fn(state["params"], batch, rng, denominator)
         else:
@@ -89,7 +151,7 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
 
             zeros = (
                 jax.tree.map(jnp.zeros_like, state["params"]),
-                {k: jnp.zeros((), jnp.float32) for k in ("loss_sum", "correct", "weight")},
+                {k: jnp.zeros((), jnp.float32) for k in objective.sum_names},
             )
             (grads, sums), _ = jax.lax.scan(
                 accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
@@ -138,10 +200,11 @@ def track_health(health: dict[str, jax.Array], finite: jax.Array, step) -> dict[
 
 
 def make_eval_step(model, prepare_params=lambda params: params, masker=None):
+    """MLM eval: eval_step(params, batch) -> sums over the batch's real targets."""
+
     def eval_step(params, batch: Batch) -> dict[str, jax.Array]:
         if masker is not None:
             batch = masker(batch)
-        out = model_outputs(model, prepare_params(params), batch, deterministic=True)
-        return mlm_sums(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
+        return MLMObjective.sums(model, prepare_params(params), batch, deterministic=True)
 
     return eval_step
