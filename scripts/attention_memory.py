@@ -21,11 +21,6 @@ from configs import model as model_configs
 from models import BertForMaskedLM, ModelConfig
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("size", "base", "model size (configs/model.py SIZES)")
-flags.DEFINE_string("seq_lens", "512,2048", "comma list of sequence lengths")
-flags.DEFINE_string("impls", "full,chunked", "talking_heads.impl values to compare")
-flags.DEFINE_integer("chunk", 128, "query chunk size for impl=chunked")
-flags.DEFINE_integer("predictions", 20, "MLM positions scored per sequence")
 
 GIB = 2**30
 
@@ -61,4 +56,11 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    # Flags are defined here, not at import: scripts/accelerator_check.py imports
+    # compiled_bytes beside scripts/benchmark.py's flags.
+    flags.DEFINE_string("size", "base", "model size (configs/model.py SIZES)")
+    flags.DEFINE_string("seq_lens", "512,2048", "comma list of sequence lengths")
+    flags.DEFINE_string("impls", "full,chunked", "talking_heads.impl values to compare")
+    flags.DEFINE_integer("chunk", 128, "query chunk size for impl=chunked")
+    flags.DEFINE_integer("predictions", 20, "MLM positions scored per sequence")
     app.run(main)

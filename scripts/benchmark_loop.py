@@ -48,6 +48,7 @@ flags.DEFINE_integer("steps", 60, "steps per side per round")
 flags.DEFINE_integer("log_every", 10, "train.py's log interval (its step_time_s windows)")
 flags.DEFINE_integer("rounds", 3, "loop/bare alternations")
 flags.DEFINE_string("json", None, "write the results here")
+flags.DEFINE_integer("host_batch", 256, "global batch for the host input rate (0: skip it)")
 
 
 def load_config(spec: str, overrides: list[str]):
@@ -110,11 +111,31 @@ def bare_step_time(config, cache_dir: str, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def host_rates(config, cache_dir: str, batch_size: int, seconds: float = 10.0
+               ) -> dict[str, float]:
+    """Ready tokens/s of Batcher.batch on this host, one core: masked by numpy
+    (data.masking=host) and unmasked rows for masking on the device."""
+    data = input_pipeline.from_config(with_cache(config, cache_dir), cache_dir)
+    rates = {}
+    for name, on_device in (("host_masking", False), ("device_masking", True)):
+        batcher = data.batcher(batch_size, seed=0, on_device=on_device)
+        start, step = time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            batcher.batch(step)
+            step += 1
+        rates[name] = step * batch_size * data.max_seq_length / (time.perf_counter() - start)
+    return rates
+
+
 def main(argv: list[str]) -> None:
     del argv
     config = load_config(FLAGS.config, FLAGS.set)
     cache_dir = tempfile.mkdtemp(prefix="benchmark_loop_cache-")
     input_pipeline.from_config(with_cache(config, cache_dir), cache_dir)
+    rates = host_rates(config, cache_dir, FLAGS.host_batch) if FLAGS.host_batch else {}
+    for name, rate in rates.items():
+        print(f"host input, {name}: {rate / 1e6:.2f}M tokens/s at {FLAGS.host_batch} x "
+              f"{config.data.max_seq_length}", flush=True)
     rounds = []
     for i in range(FLAGS.rounds):
         loop = loop_step_time(FLAGS.config, FLAGS.set, cache_dir, FLAGS.steps,
@@ -124,6 +145,7 @@ def main(argv: list[str]) -> None:
         print(f"round {i}: train.py {loop * 1e3:.1f} ms/step, bare step {bare * 1e3:.1f} "
               f"ms/step, ratio {loop / bare:.3f}", flush=True)
     result = {"config": FLAGS.config, "set": FLAGS.set, "steps": FLAGS.steps,
+              "host_tokens_per_s": rates,
               "devices": str(jax.devices()), "rounds": rounds,
               "median_ratio": statistics.median(r["ratio"] for r in rounds)}
     print(f"median ratio train.py / bare step: {result['median_ratio']:.3f}")
