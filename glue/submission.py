@@ -8,21 +8,21 @@ MNLI/QNLI/RTE, scores (3 decimals, as in GLUE's STS-B files) for STS-B.
 The server also wants AX.tsv (the diagnostic set, predicted by the MNLI
 model), which this package does not produce.
 
-The file is written to a temporary name in the same folder and renamed, so a
-crash never leaves a half-written file under the final name.
+The file is written atomically (training/files.py), so a crash never leaves a
+half-written file under the final name.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from glue.tasks import GlueTask, get_task
+from training.files import write_text_atomic
 
 HEADER = "index\tprediction"
 
@@ -69,18 +69,6 @@ def write_submission(
         f"{g}\t{format_prediction(task, p.item())}" for g, p in zip(guids, predictions, strict=True)
     ]
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / task.submission_files[split]
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the file from co-workers
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    path = Path(out_dir) / task.submission_files[split]
+    write_text_atomic(path, "\n".join(lines) + "\n", newline="\n")
     return path

@@ -44,7 +44,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -53,6 +52,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from training.files import atomic_path, write_text_atomic
 
 Array = jax.Array
 Params = dict[str, Array]
@@ -568,32 +569,18 @@ the fitted parameters; singular values above {s['rank_rtol']:g} times the larges
 """
 
 
-def _write_atomic(path: str, data: str | bytes) -> None:
-    """Write via a temporary file and rename, so a crash never leaves a half file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with tempfile.NamedTemporaryFile(mode, dir=directory, delete=False) as f:
-        f.write(data)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(f.name, 0o666 & ~umask)  # tempfile makes 0600; give it an ordinary file's mode
-    os.replace(f.name, path)
-
-
 def write_outputs(results: dict[str, Any], out_dir: str, doc: str | None, command: str) -> str:
     """JSON and PNG under out_dir, optional markdown doc; returns the tables."""
     os.makedirs(out_dir, exist_ok=True)
     json_path = os.path.join(out_dir, "lowrank_probe.json")
     png_path = os.path.join(out_dir, "lowrank_probe.png")
     tables = markdown_tables(results)
-    tmp_png = png_path + ".tmp.png"
-    plot(results, tmp_png)
-    os.replace(tmp_png, png_path)
-    _write_atomic(json_path, json.dumps({"command": command, **results}, indent=1) + "\n")
+    with atomic_path(png_path) as tmp_png:
+        plot(results, tmp_png)
+    write_text_atomic(json_path, json.dumps({"command": command, **results}, indent=1) + "\n")
     if doc:
         figure = os.path.relpath(png_path, os.path.dirname(os.path.abspath(doc)))
-        _write_atomic(doc, doc_text(results, command, figure, tables))
+        write_text_atomic(doc, doc_text(results, command, figure, tables))
     return tables
 
 

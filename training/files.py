@@ -1,23 +1,68 @@
-"""Atomic result files: written to a temporary name, synced, then renamed, so a run
-killed mid-write never leaves a file that looks complete. Standard library only,
-so cheap readers (scripts/sweep.py, configs/sweeps.py) can use it without JAX."""
+"""The one atomic file writer: write to a temporary name beside the target, sync, then
+rename, so a process killed mid-write never leaves a file that looks complete, and a
+failed write leaves the old file (or none) and no temporary behind.
+
+Every single file the project writes for others to read goes through here: results
+(training/results.py), checkpoint checksums, config.json, the run's tokenizer copy,
+GLUE submissions, the probes' JSON and plots. (input_pipeline/cache.py's atomic
+*directories* and orbax's checkpoints are a different mechanism.) Standard library
+only, so cheap readers (scripts/sweep.py, `python -m training.results`) stay free of
+JAX."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 
-def write_text_atomic(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
+    """A temporary path beside `path` for the caller to write; synced and renamed onto
+    `path` when the block ends, removed when it raises.
+
+        with atomic_path("plot.png") as tmp:
+            figure.savefig(tmp)           # the extension is kept: tools choose formats by it
+
+    The file gets the mode a plain open() would give (0666 minus the umask).
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    stem, ext = os.path.splitext(os.path.basename(path))
+    tmp = os.path.join(directory, f".{stem}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}{ext}")
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    with atomic_path(path) as tmp, open(tmp, "xb") as f:
+        f.write(data)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str, newline: str | None = None
+                      ) -> None:
+    """UTF-8 text; `newline` as open()'s (None: the platform's)."""
+    with atomic_path(path) as tmp, open(tmp, "x", encoding="utf-8", newline=newline) as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
-def write_json_atomic(path: str, value: Any) -> None:
+def write_json_atomic(path: str | os.PathLike[str], value: Any) -> None:
     write_text_atomic(path, json.dumps(value, indent=2, default=str) + "\n")
+
+
+def copy_file_atomic(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    import shutil
+
+    with atomic_path(target) as tmp:
+        shutil.copyfile(source, tmp)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import time
 from typing import Any
 
@@ -21,12 +20,13 @@ import ml_collections
 import numpy as np
 
 import input_pipeline
+from attention import registry
 from models import BertForMaskedLM, ModelConfig
 from models.config import EXECUTION_FIELDS
 from models.flops import flop_count
 from training import checkpoints, hardware, metrics, sharding, steps
 from training.cli import Stopped
-from training.files import write_json_atomic
+from training.files import copy_file_atomic, write_json_atomic
 from training.optimizer import make_optimizer
 from training.preemption import PreemptionFlag
 from training.workdir import WorkdirLock
@@ -86,8 +86,9 @@ def check_same_architecture(saved: dict[str, Any], current: ModelConfig, path: s
     """Refuses a checkpoint whose parameters mean something else (nested settings too)."""
     saved_model = flatten(saved.get("model", {}))
     ignored = set(EXECUTION_FIELDS)
-    if current.attention != "talking_heads":  # its settings then change nothing
-        ignored |= {k for k in saved_model if k.startswith("talking_heads.")}
+    # Settings of variants other than the one in use change nothing.
+    ignored |= {k for k in saved_model if k.split(".")[0] in registry.with_settings()
+                and k.split(".")[0] != current.attention}
     differs = {
         k: (saved_model.get(k), v) for k, v in flatten(current.to_dict()).items()
         if k not in ignored and saved_model.get(k) != v
@@ -454,6 +455,4 @@ def copy_tokenizer(source: os.PathLike | str, target: str) -> None:
     for name in ("tokenizer.json", "vocab.txt"):
         path = os.path.join(source, name)
         if os.path.exists(path):
-            tmp = os.path.join(target, f".{name}.tmp")
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, os.path.join(target, name))
+            copy_file_atomic(path, os.path.join(target, name))
