@@ -1,10 +1,13 @@
 """Attention variants behind one interface (see base.Attention) and a registry.
 
-Einsum letters used throughout this package:
-  B batch            T query length     S key length      D model width
-  N query/key heads  H softmax heads    G value heads
-  K key size (per-head query/key width) V value size (per-head value width)
-For multi-head attention N = H = G.
+Einsum and shape letters, one legend for the whole project (files refer here):
+  B batch             T query (or sequence) length       S key length
+  D model width       F feed-forward width               C query chunk length
+  N query/key heads   H softmax heads                    G value heads
+  K key size (per-head query/key width)                  V value size (per-head value width)
+  P masked (predicted) positions per sequence
+For multi-head attention N = H = G; talking heads calls them h_k, h, h_v. The
+vocabulary size is written out as `vocab`, never a letter (V is the value size).
 """
 
 from attention import multi_head, talking_heads  # noqa: F401  (registers the variants)

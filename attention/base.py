@@ -1,7 +1,6 @@
 """The attention interface and the steps every variant shares.
 
-Einsum letters: B batch, T query length, S key length, D model width,
-N query/key heads, G value heads, K key size, V value size.
+Einsum and shape letters: the one legend in attention/__init__.py.
 
 `Attention.__call__(x, mask, deterministic)` takes hidden states [B, T, D] and a
 padding mask [B, S] (True = real token) and returns [B, T, D]; with `queries_from`
@@ -21,6 +20,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attention.initializers import kernel_init, zeros_init
+
 if TYPE_CHECKING:
     from models.config import ModelConfig
 
@@ -29,17 +30,6 @@ Array = jax.Array
 # Added to the logits of padded keys. Large enough that exp() underflows to 0 in
 # fp32, small enough that adding it to a logit cannot overflow to -inf.
 MASK_VALUE = -1e9
-
-
-def kernel_init(config: ModelConfig, axes: tuple[str | None, ...]) -> nn.initializers.Initializer:
-    """BERT's truncated-normal init, tagged with logical sharding axes."""
-    return nn.with_logical_partitioning(
-        nn.initializers.truncated_normal(config.initializer_range), axes
-    )
-
-
-def zeros_init(axes: tuple[str | None, ...]) -> nn.initializers.Initializer:
-    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
 
 
 def padding_bias(mask: Array) -> Array:
@@ -79,6 +69,28 @@ class Attention(nn.Module):
         self, query: Array, key: Array, value: Array, mask: Array, deterministic: bool
     ) -> Array:
         raise NotImplementedError
+
+    # -- what the rest of the code asks a variant (classmethods: no module needed) --
+    @classmethod
+    def logit_heads(cls, config: ModelConfig) -> int:
+        """Heads that produce logits (N): the query/key projections' head count."""
+        return config.num_heads
+
+    @classmethod
+    def value_heads(cls, config: ModelConfig) -> int:
+        """Heads that carry values (G): the value and output projections' head count."""
+        return config.num_heads
+
+    @classmethod
+    def check_config(cls, config: ModelConfig) -> None:
+        """Raises models.config.ConfigError, naming the field, for settings that cannot
+        work with this variant (called when a ModelConfig is built)."""
+
+    @classmethod
+    def extra_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
+        """Forward matmul FLOPs per token beyond projections, logits and weights x values
+        (models/flops.py), e.g. talking heads' mixing."""
+        return 0.0
 
     # -- shared steps ----------------------------------------------------------
     def project(self, x: Array, name: str, heads: int, size: int) -> Array:

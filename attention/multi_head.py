@@ -1,7 +1,6 @@
 """BERT's multi-head attention with per-head key size and value size.
 
-Einsum letters: B batch, T query length, S key length, N heads, K key size,
-V value size.
+Einsum and shape letters: the one legend in attention/__init__.py.
 
 key_size = value_size = D/N is BERT exactly; raising only key_size is the
 low-rank paper's "large key size"; key_size = value_size = d_p is its "fixed

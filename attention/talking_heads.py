@@ -1,8 +1,6 @@
 """Talking-heads attention (Shazeer et al. 2020, arXiv 2003.02436).
 
-Einsum letters: B batch, T query length, S key length, C query chunk length,
-N query/key heads (h_k), H softmax heads (h), G value heads (h_v), K key size,
-V value size.
+Einsum and shape letters: the one legend in attention/__init__.py.
 
 Following Mesh TensorFlow's `TalkingHeadsSelfAttention` (the reference):
   J = Q.K                      (B, N, T, S)   h_k logit heads
@@ -30,6 +28,9 @@ chunk in the backward pass (jax.checkpoint), so only (B, H, C, S) is live.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TYPE_CHECKING
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -44,6 +45,50 @@ from attention.base import (
 )
 from attention.registry import register
 
+if TYPE_CHECKING:
+    from models.config import ModelConfig
+
+# Allowed values of the settings chosen by name.
+CHOICES = {
+    "projections": ("both", "logits", "weights"),
+    "mask_placement": ("after", "before"),
+    "init": ("fan_in", "identity"),
+    "impl": ("full", "chunked"),
+    "dropout_noise": ("elementwise", "shared_queries"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TalkingHeadsConfig:
+    """model.talking_heads.*: this variant's own settings."""
+
+    num_logit_heads: int | None = None  # h_k: query/key heads; None -> num_heads
+    num_value_heads: int | None = None  # h_v: value heads; None -> num_heads
+    projections: str = "both"  # both | logits | weights: which of P_l (pre-), P_w (post-softmax)
+    mask_placement: str = "after"  # after | before P_l (Mesh TensorFlow reference: after)
+    init: str = "fan_in"  # fan_in (reference: normal, stddev 1/sqrt(fan_in)) | identity
+    impl: str = "full"  # full | chunked (memory-efficient: query chunks, recomputed backward)
+    query_chunk_size: int = 128  # queries per chunk for impl=chunked
+    # Attention dropout (after P_w, as the references) draws: elementwise (tf-models, as
+    # multi-head) | shared_queries (Mesh TF: one mask per batch, head and key).
+    dropout_noise: str = "elementwise"
+
+    @property
+    def mix_logits(self) -> bool:
+        return self.projections in ("both", "logits")
+
+    @property
+    def mix_weights(self) -> bool:
+        return self.projections in ("both", "weights")
+
+
+# configs/model.py ARGS keys -> TalkingHeadsConfig fields.
+SHORT_ARGS = {
+    "th_logit_heads": "num_logit_heads", "th_value_heads": "num_value_heads",
+    "th_projections": "projections", "th_mask": "mask_placement", "th_init": "init",
+    "th_impl": "impl", "th_chunk": "query_chunk_size", "th_dropout_noise": "dropout_noise",
+}
+
 
 def mixing_init(kind: str) -> nn.initializers.Initializer:
     def init(rng, shape, dtype=jnp.float32):
@@ -55,8 +100,57 @@ def mixing_init(kind: str) -> nn.initializers.Initializer:
     return nn.with_logical_partitioning(init, (None, None))
 
 
-@register("talking_heads")
+@register("talking_heads", settings=TalkingHeadsConfig, short_args=SHORT_ARGS,
+          execution_fields=("impl", "query_chunk_size", "dropout_noise"))
 class TalkingHeadsAttention(Attention):
+    @classmethod
+    def logit_heads(cls, config: ModelConfig) -> int:
+        th = config.talking_heads
+        return (th.num_logit_heads or config.num_heads) if th.mix_logits else config.num_heads
+
+    @classmethod
+    def value_heads(cls, config: ModelConfig) -> int:
+        th = config.talking_heads
+        return (th.num_value_heads or config.num_heads) if th.mix_weights else config.num_heads
+
+    @classmethod
+    def extra_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
+        """P_l and P_w mixing: 2 n (N H + H G) per token."""
+        th = config.talking_heads
+        n_qk, h, g = cls.logit_heads(config), config.num_heads, cls.value_heads(config)
+        return 2 * seq_len * ((n_qk * h if th.mix_logits else 0) + (h * g if th.mix_weights
+                                                                     else 0))
+
+    @classmethod
+    def check_config(cls, config: ModelConfig) -> None:
+        from models.config import ConfigError  # at call time: models imports attention
+
+        th = config.talking_heads
+        for name, allowed in CHOICES.items():
+            if getattr(th, name) not in allowed:
+                raise ConfigError(f"model.talking_heads.{name}={getattr(th, name)!r} is "
+                                  f"unknown; choose one of {allowed}")
+        for name in ("num_logit_heads", "num_value_heads", "query_chunk_size"):
+            value = getattr(th, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ConfigError(
+                    f"model.talking_heads.{name}={value!r} must be a positive integer")
+        if config.attention != "talking_heads":
+            return
+        if th.num_logit_heads not in (None, config.num_heads) and not th.mix_logits:
+            raise ConfigError(
+                "model.talking_heads.num_logit_heads differs from num_heads but "
+                f"projections={th.projections!r} has no logits projection to map between them")
+        if th.num_value_heads not in (None, config.num_heads) and not th.mix_weights:
+            raise ConfigError(
+                "model.talking_heads.num_value_heads differs from num_heads but "
+                f"projections={th.projections!r} has no weights projection to map between them")
+        heads = (cls.logit_heads(config), config.num_heads, cls.value_heads(config))
+        if th.init == "identity" and len(set(heads)) > 1:
+            raise ConfigError(
+                "model.talking_heads.init='identity' needs num_logit_heads == num_heads == "
+                f"num_value_heads (got {heads[0]}, {heads[1]}, {heads[2]})")
+
     def attend(self, query, key, value, mask, deterministic):
         cfg, th = self.config, self.config.talking_heads
         logit_heads, softmax_heads, value_heads = (

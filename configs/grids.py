@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import ml_collections
-
 
 @dataclasses.dataclass(frozen=True)
 class Row:
@@ -86,12 +84,3 @@ def _cpu_rows() -> dict[str, list[Row]]:
 
 GRIDS: dict[str, list[Row]] = {**_lowrank_rows(), **_talking_heads_rows(), **_cpu_rows()}
 ROWS: dict[str, Row] = {row.name: row for rows in GRIDS.values() for row in rows}
-
-
-def apply_row(model: ml_collections.ConfigDict, name: str) -> None:
-    """Applies a named row's overrides to a model ConfigDict."""
-    from configs import model as model_lib
-
-    if name not in ROWS:
-        raise ValueError(f"row={name!r} is unknown; choose one of {sorted(ROWS)}")
-    model_lib.apply_model_args(model, ROWS[name].overrides)

@@ -17,7 +17,7 @@ and its key is key(seed) folded with stream, a and b. Training rows use
 pure function of those numbers, whichever process or device computes it, so exact
 resume and per-process shards keep working.
 
-Einsum-free; letters in comments: B batch, L sequence length, P prediction slots.
+Einsum and shape letters: the one legend in attention/__init__.py.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class DeviceMasker:
                    mask_prob, whole_word=whole_word, continuation=continuation)
 
     def __call__(self, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        """batch with input_ids [B, L] (unmasked) and mask_stream [B, 4] -> the same batch
+        """batch with input_ids [B, T] (unmasked) and mask_stream [B, 4] -> the same batch
         with input_ids corrupted and masked_positions / masked_ids / masked_weights [B, P]
         added (mask_stream dropped)."""
         batch = dict(batch)

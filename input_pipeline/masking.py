@@ -67,8 +67,8 @@ class Masker:
     def __call__(
         self, input_ids: np.ndarray, rng: np.random.Generator | Sequence[np.random.Generator],
     ) -> dict[str, np.ndarray]:
-        """input_ids int [B, L] -> dict with
-        input_ids        int32 [B, L]  corrupted copy
+        """input_ids int [B, T] -> dict with
+        input_ids        int32 [B, T]  corrupted copy
         masked_positions int32 [B, P]  sorted positions of the predictions
         masked_ids       int32 [B, P]  original tokens there
         masked_weights   float32 [B, P] 1 for a prediction, 0 for an unused slot

@@ -1,6 +1,6 @@
 """BERT: the encoder, the MLM head (tied, sparse) and the classification head.
 
-Einsum letters: B batch, T length, P masked positions per sequence, D model width.
+Einsum and shape letters: the one legend in attention/__init__.py.
 
 Parameter tree (pinned by tests/test_param_layout.py):
   bert/embeddings/{word,position,token_type}/embedding, bert/embeddings/norm

@@ -11,20 +11,23 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from attention import registry
+
+# The settings dataclass of the talking_heads variant (defined beside it, in
+# attention/talking_heads.py; models/ never imports a variant).
+TalkingHeadsConfig = registry.variant("talking_heads").settings
+
+# Allowed values of the fields chosen by name.
 ATTENTION_IMPLS = ("einsum", "fused")
 NORM_PLACEMENTS = ("post", "pre")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 REMAT_POLICIES = ("none", "full", "dots")
-TH_PROJECTIONS = ("both", "logits", "weights")
-TH_MASK_PLACEMENTS = ("after", "before")
-TH_INITS = ("fan_in", "identity")
-TH_IMPLS = ("full", "chunked")
-TH_DROPOUT_NOISE = ("elementwise", "shared_queries")
 # Fields that change how the model is computed, not its parameters: a checkpoint
-# saved with other values of these restores and continues.
+# saved with other values of these restores and continues. Variants add theirs.
 EXECUTION_FIELDS = ("dropout_rate", "attention_dropout_rate", "dtype", "remat",
-                    "attention_impl", "sparse_final_layer", "size", "talking_heads.impl",
-                    "talking_heads.query_chunk_size", "talking_heads.dropout_noise")
+                    "attention_impl", "sparse_final_layer", "size") + tuple(
+    f"{name}.{field}" for name, v in registry.with_settings().items()
+    for field in v.execution_fields)
 
 
 class ConfigError(ValueError):
@@ -32,48 +35,34 @@ class ConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class TalkingHeadsConfig:
-    num_logit_heads: int | None = None  # h_k: query/key heads; None -> num_heads
-    num_value_heads: int | None = None  # h_v: value heads; None -> num_heads
-    projections: str = "both"  # both | logits (P_l only) | weights (P_w only)
-    mask_placement: str = "after"  # after | before P_l
-    init: str = "fan_in"  # fan_in | identity
-    impl: str = "full"  # full | chunked
-    query_chunk_size: int = 128
-    dropout_noise: str = "elementwise"  # elementwise | shared_queries (Mesh TF's noise shape)
-
-    @property
-    def mix_logits(self) -> bool:
-        return self.projections in ("both", "logits")
-
-    @property
-    def mix_weights(self) -> bool:
-        return self.projections in ("both", "weights")
-
-
-@dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    vocab_size: int = 30522
-    num_layers: int = 12
-    hidden_size: int = 768
-    num_heads: int = 12
-    key_size: int | None = None
-    value_size: int | None = None
-    mlp_dim: int = 3072
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    attention: str = "multi_head"
-    attention_impl: str = "einsum"
-    norm_placement: str = "post"
-    dropout_rate: float = 0.1
-    attention_dropout_rate: float = 0.1
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    dtype: str = "float32"
-    remat: str = "none"
-    # Compute the last encoder layer only where the loss reads it (see models/layers.py).
-    sparse_final_layer: bool = False
-    size: str = "custom"
+    """Every model field with its default (BERT-base) and meaning. configs/model.py
+    builds its ConfigDict from these, so this is the one place defaults live."""
+
+    size: str = "base"  # key of configs/model.py SIZES this config started from (informational)
+    vocab_size: int = 30522  # WordPiece vocabulary; train.py sets it from the tokenizer
+    num_layers: int = 12  # encoder layers
+    hidden_size: int = 768  # model width D
+    num_heads: int = 12  # attention heads N (softmax heads for talking heads)
+    key_size: int | None = None  # per-head query/key width K; None -> D/N
+    value_size: int | None = None  # per-head value width V; None -> D/N
+    mlp_dim: int = 3072  # feed-forward width F
+    max_position_embeddings: int = 512  # learned absolute positions
+    type_vocab_size: int = 2  # segment A/B embeddings
+    attention: str = "multi_head"  # registry name (attention/registry.py)
+    attention_impl: str = "einsum"  # einsum (reference) | fused (jax.nn.dot_product_attention)
+    norm_placement: str = "post"  # post (original BERT) | pre (LayerNorm before each sublayer)
+    dropout_rate: float = 0.1  # hidden dropout (embeddings, residual branches, classifier)
+    attention_dropout_rate: float = 0.1  # dropout on attention weights
+    layer_norm_eps: float = 1e-12  # BERT's LayerNorm epsilon
+    initializer_range: float = 0.02  # stddev of the truncated-normal init, as BERT
+    dtype: str = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
+    remat: str = "none"  # none | full | dots: rematerialisation policy per encoder layer
+    # Last layer only at the positions the loss reads (MLM: masked; classification: [CLS]).
+    # Same values, fewer FLOPs (BERT-base: 5%); its dropout draws differ from False's, so
+    # runs are not bit-identical across the two settings (docs/PERFORMANCE.md).
+    sparse_final_layer: bool = True
+    # Settings of variants that have their own (attention/talking_heads.py).
     talking_heads: TalkingHeadsConfig = dataclasses.field(default_factory=TalkingHeadsConfig)
 
     def __post_init__(self) -> None:
@@ -94,17 +83,13 @@ class ModelConfig:
 
     @property
     def num_logit_heads(self) -> int:
-        """Heads that produce logits: h_k for talking heads, N otherwise."""
-        if self.attention == "talking_heads" and self.talking_heads.mix_logits:
-            return self.talking_heads.num_logit_heads or self.num_heads
-        return self.num_heads
+        """Heads that produce logits (h_k for talking heads), as the variant says."""
+        return registry.get(self.attention).logit_heads(self)
 
     @property
     def num_value_heads(self) -> int:
-        """Heads that carry values: h_v for talking heads, N otherwise."""
-        if self.attention == "talking_heads" and self.talking_heads.mix_weights:
-            return self.talking_heads.num_value_heads or self.num_heads
-        return self.num_heads
+        """Heads that carry values (h_v for talking heads), as the variant says."""
+        return registry.get(self.attention).value_heads(self)
 
     @property
     def compute_dtype(self) -> Any:
@@ -119,14 +104,15 @@ class ModelConfig:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ConfigError(f"model: unknown field(s) {unknown}; known: {sorted(known)}")
-        th_raw = dict(raw.pop("talking_heads", None) or {})
-        th_known = {f.name for f in dataclasses.fields(TalkingHeadsConfig)}
-        th_unknown = sorted(set(th_raw) - th_known)
-        if th_unknown:
-            raise ConfigError(
-                f"model.talking_heads: unknown field(s) {th_unknown}; known: {sorted(th_known)}"
-            )
-        return cls(**raw, talking_heads=TalkingHeadsConfig(**th_raw))
+        for name, variant in registry.with_settings().items():
+            given = dict(raw.pop(name, None) or {})
+            known = {f.name for f in dataclasses.fields(variant.settings)}
+            unknown = sorted(set(given) - known)
+            if unknown:
+                raise ConfigError(
+                    f"model.{name}: unknown field(s) {unknown}; known: {sorted(known)}")
+            raw[name] = variant.settings(**given)
+        return cls(**raw)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -136,8 +122,6 @@ class ModelConfig:
 
     # -- validation ----------------------------------------------------------
     def validate(self) -> None:
-        from attention import registry  # the registry is the list of valid names
-
         def positive(name: str, value: Any) -> None:
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"model.{name}={value!r} must be a positive integer")
@@ -186,46 +170,6 @@ class ModelConfig:
                 f"model.attention_impl='fused' exists for multi_head only, not "
                 f"{self.attention!r}: heads are mixed between logits and softmax"
             )
-        self._validate_talking_heads()
-
-    def _validate_talking_heads(self) -> None:
-        th = self.talking_heads
-        choices = {
-            "projections": TH_PROJECTIONS,
-            "mask_placement": TH_MASK_PLACEMENTS,
-            "init": TH_INITS,
-            "impl": TH_IMPLS,
-            "dropout_noise": TH_DROPOUT_NOISE,
-        }
-        for name, allowed in choices.items():
-            if getattr(th, name) not in allowed:
-                raise ConfigError(
-                    f"model.talking_heads.{name}={getattr(th, name)!r} is unknown; "
-                    f"choose one of {allowed}"
-                )
-        for name in ("num_logit_heads", "num_value_heads", "query_chunk_size"):
-            value = getattr(th, name)
-            if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ConfigError(
-                    f"model.talking_heads.{name}={value!r} must be a positive integer"
-                )
-        if self.attention != "talking_heads":
-            return
-        if th.num_logit_heads not in (None, self.num_heads) and not th.mix_logits:
-            raise ConfigError(
-                "model.talking_heads.num_logit_heads differs from num_heads but "
-                f"projections={th.projections!r} has no logits projection to map between them"
-            )
-        if th.num_value_heads not in (None, self.num_heads) and not th.mix_weights:
-            raise ConfigError(
-                "model.talking_heads.num_value_heads differs from num_heads but "
-                f"projections={th.projections!r} has no weights projection to map between them"
-            )
-        if th.init == "identity" and (
-            self.num_logit_heads != self.num_heads or self.num_value_heads != self.num_heads
-        ):
-            raise ConfigError(
-                "model.talking_heads.init='identity' needs num_logit_heads == num_heads == "
-                f"num_value_heads (got {self.num_logit_heads}, {self.num_heads}, "
-                f"{self.num_value_heads})"
-            )
+        # The variant's own checks, and the settings of every variant that has some.
+        for name in dict.fromkeys([self.attention, *registry.with_settings()]):
+            registry.get(name).check_config(self)

@@ -7,7 +7,7 @@ heads, key size K, value size V, width D, feed-forward width F:
 
   projections   2 * D * (2 N K + G V) + 2 * G V * D
   attention     2 * n * (N K + G V)                     logits, weights x values
-  talking heads 2 * n * (N H + H G)                     P_l and P_w mixing
+  variant       its extra_flops_per_token (talking heads: 2 n (N H + H G), P_l and P_w)
   feed-forward  2 * 2 * D * F
   MLM head      2 * D * D + 2 * D * vocab               per *predicted* token
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from attention import registry
 from models.config import ModelConfig
 
 
@@ -67,16 +68,12 @@ def key_value_flops_per_token(cfg: ModelConfig) -> float:
 
 def layer_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     d, k, v = cfg.hidden_size, cfg.head_key_size, cfg.head_value_size
-    n_qk, h, g = cfg.num_logit_heads, cfg.num_heads, cfg.num_value_heads
+    n_qk, g = cfg.num_logit_heads, cfg.num_value_heads
     projections = 2 * d * (2 * n_qk * k + g * v) + 2 * g * v * d
     attention = 2 * seq_len * (n_qk * k + g * v)
-    mixing = 0.0
-    if cfg.attention == "talking_heads":
-        th = cfg.talking_heads
-        mixed = (n_qk * h if th.mix_logits else 0) + (h * g if th.mix_weights else 0)
-        mixing = 2 * seq_len * mixed
+    extra = registry.get(cfg.attention).extra_flops_per_token(cfg, seq_len)
     feed_forward = 4 * d * cfg.mlp_dim
-    return projections + attention + mixing + feed_forward
+    return projections + attention + extra + feed_forward
 
 
 def flop_count(cfg: ModelConfig, seq_len: int) -> FlopCount:

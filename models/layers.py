@@ -1,6 +1,6 @@
 """BERT's building blocks: embeddings, feed-forward block and the encoder layer.
 
-Einsum letters: B batch, T length, D model width, F feed-forward width.
+Einsum and shape letters: the one legend in attention/__init__.py.
 Every parameter carries logical axis names (batch, length, embed, heads, kv,
 mlp, vocab) that training/sharding.py maps onto the device mesh.
 """
@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 import attention
-from attention.base import kernel_init, zeros_init
+from attention.initializers import kernel_init, zeros_init
 from models.config import ModelConfig
 
 Array = jax.Array

@@ -3,8 +3,8 @@
   python scripts/lowrank_probe.py                     # n=16, writes docs/figures/ and the doc
   python scripts/lowrank_probe.py --n 8 --steps 2000 --trials 2 --out /tmp/probe --doc ''
 
-Einsum letters: B runs (targets x restarts), T query, S key, N logit heads,
-H softmax heads, K key size, D width.
+Einsum and shape letters: the one legend in attention/__init__.py.
+Here B counts runs (targets x restarts) instead of sequences.
 
 Setting (Bhojanapalli et al. 2020, Theorem 1, transposed to rows = queries):
 x is [n, D] random with D >= n (full row rank); a head with key size K gives

@@ -23,7 +23,7 @@ def tiny_config(**overrides) -> ModelConfig:
     fields = dict(
         vocab_size=97, num_layers=2, hidden_size=32, num_heads=4, mlp_dim=64,
         max_position_embeddings=64, dropout_rate=0.0, attention_dropout_rate=0.0,
-        size="test",
+        size="test", sparse_final_layer=False,  # dense unless a test asks
     )
     th = overrides.pop("talking_heads", {})
     fields.update(overrides)

@@ -2,8 +2,7 @@
 batching of key sizes is exact, its rank function matches numpy and the theory, its
 fits show the bottleneck at n - 1, and the script runs end to end.
 
-Einsum letters: B runs, T query, S key, N logit heads, H softmax heads, K key size,
-V value size, D width.
+Einsum and shape letters: the one legend in attention/__init__.py. B counts runs.
 """
 
 from __future__ import annotations

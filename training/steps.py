@@ -6,8 +6,8 @@ One train step serves both: an *objective* turns (model, params, batch) into sum
 weights whose global sum normalises the loss. Metrics leave the step as sums plus
 that denominator, so they average correctly over micro-batches, devices and hosts.
 
-Shapes: B batch, T sequence length, P masked positions per sequence, V vocabulary,
-C classes.
+Einsum and shape letters: the one legend in attention/__init__.py. Here the
+classifier's classes are written out as `classes`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ Batch = dict[str, jax.Array]
 
 
 def mlm_sums(logits: jax.Array, targets: jax.Array, weights: jax.Array) -> dict[str, jax.Array]:
-    """Cross-entropy and accuracy sums over the real MLM targets: (B, P, V), (B, P), (B, P)."""
+    """Cross-entropy and accuracy sums over the real MLM targets: (B, P, vocab), (B, P), (B, P)."""
     losses = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
     correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
     return {
@@ -48,7 +48,7 @@ def model_outputs(model, params, batch: Batch, deterministic: bool, rng=None):
 
 
 class MLMObjective:
-    """BertForMaskedLM: cross-entropy over the P masked positions (B, P, V)."""
+    """BertForMaskedLM: cross-entropy over the P masked positions (B, P, vocab)."""
 
     sum_names = ("loss_sum", "correct", "weight")
 
@@ -63,8 +63,8 @@ class MLMObjective:
 
 
 class ClassifierObjective:
-    """BertForSequenceClassification: cross-entropy over C classes, or squared error
-    for a regression task (C = 1, STS-B), weighted per example (B,)."""
+    """BertForSequenceClassification: cross-entropy over the classes, or squared error
+    for a regression task (one output, STS-B), weighted per example (B,)."""
 
     sum_names = ("loss_sum", "weight")
 
@@ -76,7 +76,7 @@ class ClassifierObjective:
         return batch["weights"]
 
     def sums(self, model, params, batch: Batch, deterministic: bool, rng=None):
-        logits = classifier_logits(model, params, batch, deterministic, rng)  # (B, C)
+        logits = classifier_logits(model, params, batch, deterministic, rng)  # (B, classes)
         if self.regression:
             losses = jnp.square(logits[:, 0] - batch["labels"])
         else:
