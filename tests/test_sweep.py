@@ -19,7 +19,7 @@ from test_train import tiny_args, write_corpus
 import glue
 from configs import grids
 from configs import pretrain as pretrain_configs
-from training import finetune
+from training import results
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -227,14 +227,14 @@ def fake_run(run_dir, arg: str, seed: int, eval_loss: float,
     writer.close()
     for name, by_lr in glue_scores.items():
         task = glue.get_task(name)
-        runs = [{"task": task.name, "learning_rate": lr, "seed": s, "steps": 10,
-                 "dev": {split: dict.fromkeys(task.metric_names, v) for split in task.dev_splits},
-                 "main": v,
-                 "final_train_loss": 0.5}
+        runs = [results.RunResult(
+                    task=task.name, learning_rate=lr, seed=s, steps=10,
+                    dev={split: dict.fromkeys(task.metric_names, v) for split in task.dev_splits},
+                    main=v, final_train_loss=0.5)
                 for lr, scores in by_lr.items() for s, v in scores.items()]
         write_json(os.path.join(run_dir, "glue", task.name, "results.json"),
                    {"init": f"{pretrain}@40", "skipped": {},
-                    "tasks": {task.name: finetune.summarize(task, runs)}})
+                    "tasks": {task.name: results.TaskSummary.from_runs(task, runs).to_json()}})
 
 
 def read_csv(path) -> list[dict[str, str]]:

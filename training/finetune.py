@@ -5,7 +5,8 @@ WORKDIR/TASK/lr{lr}_seed{seed}/result.json (written atomically), so a rerun
 skips it; an interrupted run has no result.json and is redone. The task summary
 picks the learning rate with the best mean dev score over seeds and reports
 mean, std and every seed's score; the best run's test predictions become GLUE
-submission files.
+submission files. The files' formats are training/results.py's records (RunResult,
+TaskSummary, GlueResults); results.md's table is glue/report.py's.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ import tokenizers
 
 import glue
 import input_pipeline
+from glue import report
 from models import BertForSequenceClassification, BertModel, ModelConfig
-from training import checkpoints, metrics, sharding, steps
+from training import checkpoints, metrics, results, sharding, steps
 from training.checkpoints import CheckpointError
 from training.cli import Stopped
-from training.files import write_json_atomic, write_text_atomic
+from training.files import write_json_atomic
 from training.optimizer import make_optimizer
 from training.preemption import PreemptionFlag
 from training.workdir import WorkdirLock
@@ -210,10 +212,9 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
                  seed: int, config, run_dir: str, mesh_and_rules=None) -> dict[str, Any]:
     """One (task, lr, seed) run on the mesh, with pretraining's sharded state, optimizer
     builder and train step (training/steps.py, ClassifierObjective)."""
-    result_path = os.path.join(run_dir, "result.json")
-    if os.path.exists(result_path):
-        with open(result_path) as f:
-            return json.load(f)  # finished earlier: never redone, never overwritten
+    done = results.RunResult.read(run_dir)
+    if done is not None:
+        return done.to_json()  # finished earlier: never redone, never overwritten
     mesh, rules = mesh_and_rules or make_mesh(config)
     os.makedirs(run_dir, exist_ok=True)
     model = BertForSequenceClassification(pretrained.model_config, task.num_labels)
@@ -298,16 +299,15 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
                     predict_split(predict, params, data[split], config.eval_batch_size,
                                   mesh, rules))
     checkpointer.close()
-    result = {
-        "task": task.name, "learning_rate": learning_rate, "seed": seed, "steps": step,
-        "dev": dev, "main": float(np.mean([glue.main_score(task, m) for m in dev.values()])),
-        "final_train_loss": losses[-1] if losses else None,
-    }
+    result = results.RunResult(
+        task=task.name, learning_rate=learning_rate, seed=seed, steps=step, dev=dev,
+        main=float(np.mean([glue.main_score(task, m) for m in dev.values()])),
+        final_train_loss=losses[-1] if losses else None)
     if jax.process_index() == 0:
-        write_json_atomic(result_path, result)
+        result.write(run_dir)
         # Finished: the result is final, the mid-run checkpoint is no longer needed.
         shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
-    return result
+    return result.to_json()
 
 
 def with_pretrained_encoder(params: dict[str, Any], bert: dict[str, Any],
@@ -322,34 +322,8 @@ def with_pretrained_encoder(params: dict[str, Any], bert: dict[str, Any],
 
 
 # -- a task and the suite --------------------------------------------------------------
-def summarize(task: glue.GlueTask, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Best learning rate by mean main dev score; mean, std and per-seed scores there."""
-    by_lr: dict[float, list[dict[str, Any]]] = {}
-    for run in runs:
-        by_lr.setdefault(run["learning_rate"], []).append(run)
-    best_lr = max(by_lr, key=lambda lr: np.mean([r["main"] for r in by_lr[lr]]))
-    best = sorted(by_lr[best_lr], key=lambda r: r["seed"])
-    scores: dict[str, Any] = {}
-    for split in task.dev_splits:
-        name = glue.score_name(task, split)
-        for metric in task.metric_names:
-            values = [r["dev"][split][metric] for r in best]
-            scores[f"{name}/{metric}"] = {
-                "mean": float(np.mean(values)), "std": float(np.std(values, ddof=1))
-                if len(values) > 1 else 0.0, "per_seed": values}
-    return {
-        "task": task.name, "best_learning_rate": best_lr,
-        "seeds": [r["seed"] for r in best], "scores": scores,
-        "main": {glue.score_name(task, s): float(np.mean(
-            [glue.main_score(task, r["dev"][s]) for r in best])) for s in task.dev_splits},
-        "learning_rate_means": {str(lr): float(np.mean([r["main"] for r in rs]))
-                                for lr, rs in sorted(by_lr.items())},
-        "best_run": max(best, key=lambda r: r["main"])["seed"],
-    }
-
-
 def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str,
-             mesh_and_rules=None) -> dict:
+             mesh_and_rules=None) -> results.TaskSummary:
     data = load_task_data(task, config, pretrained.tokenizer)
     runs = []
     total = len(config.learning_rates) * config.num_seeds
@@ -362,43 +336,16 @@ def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str,
             metrics.console(f"{task.name} [{len(runs)}/{total}] lr={lr:g} seed={seed}: "
                             + " ".join(f"{s}:{glue.main_score(task, m):.2f}"
                                        for s, m in result["dev"].items()))
-    summary = summarize(task, runs)
+    summary = results.TaskSummary.from_runs(task, [results.RunResult.from_json(r) for r in runs])
     if config.write_test_predictions:
         best_dir = os.path.join(
-            workdir, task.name, f"lr{summary['best_learning_rate']:g}_seed{summary['best_run']}")
+            workdir, task.name, f"lr{summary.best_learning_rate:g}_seed{summary.best_run}")
         for split in task.test_splits:
             path = os.path.join(best_dir, f"{split}_predictions.npy")
             if split in data and os.path.exists(path):
                 glue.write_submission(task, split, list(data[split]["guids"]), np.load(path),
                                       os.path.join(workdir, "submission"))
     return summary
-
-
-def markdown_table(results: dict[str, Any], label: str) -> str:
-    columns: list[str] = []
-    cells: dict[str, str] = {}
-    mains: dict[str, float] = {}
-    for task_name in sorted(results["tasks"], key=ALL_TASKS.index):  # the BERT table's order
-        summary = results["tasks"][task_name]
-        for name, value in summary["main"].items():
-            columns.append(name)
-            task = glue.get_task(summary["task"])
-            split_scores = [v for k, v in summary["scores"].items()
-                            if k.startswith(f"{name}/") and k.endswith(f"/{task.main_metric}")]
-            std = split_scores[0]["std"] if split_scores else 0.0
-            cells[name] = f"{value:.1f} ± {std:.1f}"
-            mains[name] = value
-    try:
-        average = f"{glue.glue_average(mains):.1f}"
-        average_name = "Average"
-    except ValueError:
-        present = [v for k, v in mains.items() if k != "WNLI"]
-        average = f"{np.mean(present):.1f}" if present else "-"
-        average_name = f"Average of {len(present)} tasks (not GLUE's)"
-    header = "| model | " + " | ".join(columns) + f" | {average_name} |"
-    rule = "|---" * (len(columns) + 2) + "|"
-    row = f"| {label} | " + " | ".join(cells[c] for c in columns) + f" | {average} |"
-    return "\n".join([header, rule, row])
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, Any]:
@@ -415,36 +362,28 @@ def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list,
          mesh_and_rules) -> dict[str, Any]:
     pretrained = load_pretrained(config)
     check_workdir_identity(workdir, pretrained, config)
-    results: dict[str, Any] = {"init": pretrained.source, "tasks": {}, "skipped": {},
-                               "no_submission": {}}
-    previous = os.path.join(workdir, "results.json")
-    if os.path.exists(previous):
+    suite = results.GlueResults(init=pretrained.source)
+    previous = results.GlueResults.read(workdir)
+    if previous is not None:
         # Tasks fine-tuned by earlier invocations in this workdir stay in the table.
-        with open(previous) as f:
-            results["tasks"].update(json.load(f).get("tasks", {}))
+        suite.tasks.update(previous.tasks)
     for task in tasks:
         try:
-            results["tasks"][task.name] = run_task(task, pretrained, config, workdir,
-                                                   mesh_and_rules)
-            results["skipped"].pop(task.name, None)
+            suite.tasks[task.name] = run_task(task, pretrained, config, workdir,
+                                              mesh_and_rules)
+            suite.skipped.pop(task.name, None)
             missing = missing_test_files(task, config)
             if missing:
-                results["no_submission"][task.name] = "; ".join(f"{p} is missing"
-                                                                for p in missing)
+                suite.no_submission[task.name] = "; ".join(f"{p} is missing" for p in missing)
         except glue.GlueDataError as e:
             if len(tasks) == 1:
                 raise
             metrics.console(f"skipping {task.name}: {e}")
-            results["skipped"][task.name] = str(e)
+            suite.skipped[task.name] = str(e)
     label = f"{pretrained.model_config.attention} ({pretrained.model_config.size})"
-    table = markdown_table(results, label) if results["tasks"] else ""
-    write_json_atomic(os.path.join(workdir, "results.json"), results)
-    write_text_atomic(
-        os.path.join(workdir, "results.md"),
-        f"GLUE dev, mean ± std over seeds at the best learning rate; init {results['init']}"
-        f"\n\n{table}\n")
-    metrics.console(table)
-    return results
+    suite.write(workdir)
+    metrics.console(report.write_markdown(workdir, suite, label))
+    return suite.to_json()
 
 
 def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None:

@@ -8,7 +8,6 @@ of (seed, s), so a restarted run needs only the step stored in its checkpoint.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from typing import Any
@@ -24,7 +23,7 @@ from attention import registry
 from models import BertForMaskedLM, ModelConfig
 from models.config import EXECUTION_FIELDS
 from models.flops import flop_count
-from training import checkpoints, hardware, metrics, sharding, steps
+from training import checkpoints, hardware, metrics, results, sharding, steps
 from training.cli import Stopped
 from training.files import copy_file_atomic, write_json_atomic
 from training.optimizer import make_optimizer
@@ -283,12 +282,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     end = config.num_train_steps
     if config.stop_after_steps is not None:
         end = min(end, config.stop_after_steps)
-    final_path = os.path.join(workdir, "final_metrics.json")
     if start >= end:
         # Nothing to train: leave every file as it is.
         checkpointer.close()
         metrics.console(f"{workdir} is already at step {start}; nothing to train")
-        return read_json(final_path) if start >= config.num_train_steps else {}
+        final = results.FinalMetrics.read(workdir) if start >= config.num_train_steps else None
+        return final.to_json() if final else {}
     if is_main:
         if not resuming:
             # The run directory is self-contained: eval_glue.py reads WORKDIR/tokenizer.
@@ -419,23 +418,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                 window["paused"] += time.time() - pause_start
                 if preempted:
                     break
-        final = {"step": end, **last_eval, "train_loss": last_train.get("loss")}
+        final = results.FinalMetrics(end, last_train.get("loss"), dict(last_eval))
         if is_main and end == config.num_train_steps and not preempted:
-            write_json_atomic(final_path, final)
+            final.write(workdir)
     finally:
         writer.close()
         checkpointer.close()
     if preempted:
         raise Stopped(f"{preemption.signal_name}: saved step {done}; rerun the same command "
                       f"to continue")
-    return final
-
-
-def read_json(path: str) -> dict[str, Any]:
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return json.load(f)
+    return final.to_json()
 
 
 def train_scalars(m: dict[str, Any]) -> dict[str, float]:

@@ -1,0 +1,53 @@
+"""GLUE results as the BERT paper's table: eval_glue.py's results.md.
+
+One row (the fine-tuned model), one column per score in the BERT table's task
+order (MNLI as -m and -mm), each `mean ± std` over fine-tuning seeds at the best
+learning rate, then the GLUE average (glue.metrics.glue_average) when every task it
+needs is there, else the mean of the tasks present without WNLI, named as not
+GLUE's. The numbers come from results.json's records (training/results.py); a
+sweep's many-row tables with significance tests are scripts/tables.py's.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from glue.metrics import glue_average
+from glue.tasks import TASKS
+from training.files import write_text_atomic
+from training.results import GLUE_MARKDOWN, GlueResults
+
+
+def markdown_table(results: GlueResults, label: str) -> str:
+    columns: list[str] = []
+    cells: dict[str, str] = {}
+    mains: dict[str, float] = {}
+    for task_name in sorted(results.tasks, key=list(TASKS).index):  # the BERT table's order
+        summary = results.tasks[task_name]
+        for name, value in summary.main.items():
+            columns.append(name)
+            cells[name] = f"{value:.1f} ± {summary.main_score(name).std:.1f}"
+            mains[name] = value
+    try:
+        average = f"{glue_average(mains):.1f}"
+        average_name = "Average"
+    except ValueError:
+        present = [v for k, v in mains.items() if k != "WNLI"]
+        average = f"{np.mean(present):.1f}" if present else "-"
+        average_name = f"Average of {len(present)} tasks (not GLUE's)"
+    header = "| model | " + " | ".join(columns) + f" | {average_name} |"
+    rule = "|---" * (len(columns) + 2) + "|"
+    row = f"| {label} | " + " | ".join(cells[c] for c in columns) + f" | {average} |"
+    return "\n".join([header, rule, row])
+
+
+def write_markdown(workdir: str, results: GlueResults, label: str) -> str:
+    """WORKDIR/results.md; returns its table ("" before any task finished)."""
+    table = markdown_table(results, label) if results.tasks else ""
+    write_text_atomic(
+        os.path.join(workdir, GLUE_MARKDOWN),
+        f"GLUE dev, mean ± std over seeds at the best learning rate; init {results.init}"
+        f"\n\n{table}\n")
+    return table

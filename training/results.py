@@ -1,0 +1,501 @@
+"""Every result file the project writes, as typed records, and the sweep's layout.
+
+The one owner of these formats: train.py and eval_glue.py write through these
+records, scripts/sweep.py and scripts/tables.py read through them, and "is this
+step finished?" is decided here for local sweeps and cluster scripts alike.
+
+A pretraining workdir (train.py --workdir):
+  config.json             the run's config (training/pretrain.py)
+  final_metrics.json      FinalMetrics: step, last train loss, eval_* when there was an
+                          eval split; written when the run reached its last step
+A GLUE workdir (eval_glue.py --workdir):
+  TASK/lr{LR}_seed{S}/result.json   RunResult: one finished (task, lr, seed) run
+  results.json            GlueResults: init, one TaskSummary per task, skipped tasks,
+                          tasks without a submission
+  results.md              the table of glue/report.py
+A sweep's OUT (scripts/sweep.py --out):
+  sweep.json              SweepManifest: grid, rows, seeds, GLUE tasks, arguments
+  launch_list.txt         cluster mode: the run scripts, one per line
+  data_cache/             tokenizer and packed corpus shared by every run
+  jax_cache/              XLA compilation cache shared by every run
+  ROW/                    one row (one pretraining seed); with --seeds: ROW/seed{S}/
+      run.sh              cluster mode: this run's commands
+      pretrain/           a pretraining workdir; train.py's output in train.log
+      glue/TASK/          a GLUE workdir for one task; eval_glue.py's output in eval_glue.log
+
+Why one GLUE workdir per task: eval_glue.py takes one task (or all nine) and its
+results.json holds the tasks of one invocation, so tasks run one at a time into one
+directory would leave only the last one in results.json. Why one data cache:
+WordPiece training is not bit-reproducible across processes, so runs that each built
+their own tokenizer would differ in their vocabulary as well as in the attention.
+
+Finished, as the sweep decides it (and run.sh asks through this module's command line):
+
+  python -m training.results --is_finished WORKDIR --steps N
+      pretraining: WORKDIR/final_metrics.json reports step N
+  python -m training.results --is_finished WORKDIR --task SST-2 --init_step N \\
+      --learning_rates 2e-05,3e-05 --seeds 3
+      GLUE: WORKDIR/results.json holds the task from checkpoint step N with every
+      learning rate and fine-tuning seeds 0..2
+  exit status 0: finished; 1: not (missing, stale or damaged); 2: bad arguments.
+
+Reading: `Record.read(directory)` is None when the file is missing and raises
+ResultsError (naming the file) when it is damaged; files of older versions of this
+code (final_metrics.json without train_loss or step, results.json without skipped
+or no_submission) are read with those fields empty. Standard library and numpy only
+(glue is imported where a task's metrics are needed), so the command line is quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import sys
+from typing import Any
+
+from training.files import write_json_atomic
+
+FINAL_METRICS = "final_metrics.json"
+RUN_CONFIG = "config.json"
+RUN_RESULT = "result.json"
+GLUE_RESULTS = "results.json"
+GLUE_MARKDOWN = "results.md"
+
+MANIFEST = "sweep.json"
+LAUNCH_LIST = "launch_list.txt"
+DATA_CACHE = "data_cache"
+JAX_CACHE = "jax_cache"
+RUN_SCRIPT = "run.sh"
+PRETRAIN_DIR = "pretrain"
+GLUE_DIR = "glue"
+PRETRAIN_LOG = "train.log"
+GLUE_LOG = "eval_glue.log"
+SEED_DIR = re.compile(r"seed(\d+)")
+
+
+class ResultsError(ValueError):
+    """A result file that exists but cannot be read as its record."""
+
+
+def read_json(path: str) -> Any:
+    """The file's JSON; None when it is missing; ResultsError when it is damaged."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise ResultsError(f"{path}: cannot be read ({e})") from None
+
+
+def _read(cls, path: str):
+    value = read_json(path)
+    if value is None:
+        return None
+    try:
+        return cls.from_json(value)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ResultsError(f"{path}: not a {cls.__name__} ({type(e).__name__}: {e})") from None
+
+
+# -- pretraining ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class FinalMetrics:
+    """WORKDIR/final_metrics.json: written once, when pretraining reached its last step."""
+
+    step: int | None  # None only in files of the first versions of this code
+    train_loss: float | None = None  # the last logged train MLM loss
+    eval: dict[str, float] = dataclasses.field(default_factory=dict)  # eval_loss,
+    # eval_accuracy, eval_perplexity of the last eval; empty when there was no eval split
+
+    @staticmethod
+    def path(workdir: str) -> str:
+        return os.path.join(workdir, FINAL_METRICS)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, **self.eval, "train_loss": self.train_loss}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> FinalMetrics:
+        step = value.get("step")
+        loss = value.get("train_loss")
+        return cls(None if step is None else int(step), None if loss is None else float(loss),
+                   {k: float(v) for k, v in value.items() if k.startswith("eval_")})
+
+    def write(self, workdir: str) -> None:
+        write_json_atomic(self.path(workdir), self.to_json())
+
+    @classmethod
+    def read(cls, workdir: str) -> FinalMetrics | None:
+        return _read(cls, cls.path(workdir))
+
+    def metric(self, key: str) -> float | None:
+        """train_loss or an eval_* value; None when the run has none."""
+        return self.train_loss if key == "train_loss" else self.eval.get(key)
+
+
+# -- GLUE ----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """TASK/lr{LR}_seed{S}/result.json: one finished fine-tuning run."""
+
+    task: str
+    learning_rate: float
+    seed: int
+    steps: int
+    dev: dict[str, dict[str, float]]  # dev split -> metric -> value
+    main: float  # the task's main metric, mean over its dev splits
+    final_train_loss: float | None
+
+    @staticmethod
+    def path(run_dir: str) -> str:
+        return os.path.join(run_dir, RUN_RESULT)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> RunResult:
+        return cls(**{f.name: value[f.name] for f in dataclasses.fields(cls)})
+
+    def write(self, run_dir: str) -> None:
+        write_json_atomic(self.path(run_dir), self.to_json())
+
+    @classmethod
+    def read(cls, run_dir: str) -> RunResult | None:
+        return _read(cls, cls.path(run_dir))
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    mean: float
+    std: float  # over seeds (ddof=1); 0.0 with one seed
+    per_seed: list[float]  # in the order of TaskSummary.seeds
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSummary:
+    """One task in results.json: the learning rate with the best mean main dev score
+    over seeds, and every score there."""
+
+    task: str
+    best_learning_rate: float
+    seeds: list[int]
+    scores: dict[str, Score]  # "SCORE_NAME/METRIC", e.g. "MNLI-m/accuracy"
+    main: dict[str, float]  # score name (SST-2, MNLI-m, MNLI-mm) -> mean main score
+    learning_rate_means: dict[str, float]  # str(lr) -> mean main score over seeds
+    best_run: int  # the seed of the best run at the best learning rate
+
+    @classmethod
+    def from_runs(cls, task: Any, runs: list[RunResult]) -> TaskSummary:
+        """`task`: a glue.GlueTask. Learning rates are ranked by their mean main score;
+        ties go to the one run first."""
+        import glue
+
+        by_lr: dict[float, list[RunResult]] = {}
+        for run in runs:
+            by_lr.setdefault(run.learning_rate, []).append(run)
+        best_lr = max(by_lr, key=lambda lr: _mean([r.main for r in by_lr[lr]]))
+        best = sorted(by_lr[best_lr], key=lambda r: r.seed)
+        scores = {}
+        for split in task.dev_splits:
+            name = glue.score_name(task, split)
+            for metric in task.metric_names:
+                values = [r.dev[split][metric] for r in best]
+                scores[f"{name}/{metric}"] = Score(
+                    _mean(values), _std(values) if len(values) > 1 else 0.0, values)
+        return cls(
+            task=task.name, best_learning_rate=best_lr, seeds=[r.seed for r in best],
+            scores=scores,
+            main={glue.score_name(task, s): _mean([glue.main_score(task, r.dev[s])
+                                                   for r in best]) for s in task.dev_splits},
+            learning_rate_means={str(lr): _mean([r.main for r in rs])
+                                 for lr, rs in sorted(by_lr.items())},
+            best_run=max(best, key=lambda r: r.main).seed,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> TaskSummary:
+        fields = {f.name: value[f.name] for f in dataclasses.fields(cls)}
+        fields["scores"] = {k: Score(**v) for k, v in value["scores"].items()}
+        return cls(**fields)
+
+    def learning_rates(self) -> set[float]:
+        return {float(lr) for lr in self.learning_rate_means}
+
+    def main_metric(self) -> str:
+        import glue
+
+        return glue.get_task(self.task).main_metric
+
+    def main_score(self, name: str) -> Score:
+        """The main metric's Score of one score name (e.g. MNLI-mm)."""
+        return self.scores[f"{name}/{self.main_metric()}"]
+
+    def main_per_seed(self) -> dict[str, dict[int, float]]:
+        """{score name: {fine-tuning seed: main metric}} at the best learning rate."""
+        out = {}
+        for name in self.main:
+            per_seed = self.main_score(name).per_seed
+            out[name] = {int(s): float(v) for s, v in zip(self.seeds, per_seed, strict=True)}
+        return out
+
+
+@dataclasses.dataclass
+class GlueResults:
+    """WORKDIR/results.json of eval_glue.py: every task fine-tuned in this workdir."""
+
+    init: str  # the pretrained model: PRETRAIN_WORKDIR@STEP or hf:NAME
+    tasks: dict[str, TaskSummary] = dataclasses.field(default_factory=dict)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # task -> why
+    no_submission: dict[str, str] = dataclasses.field(default_factory=dict)  # task -> why
+
+    @staticmethod
+    def path(workdir: str) -> str:
+        return os.path.join(workdir, GLUE_RESULTS)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"init": self.init, "tasks": {k: v.to_json() for k, v in self.tasks.items()},
+                "skipped": dict(self.skipped), "no_submission": dict(self.no_submission)}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> GlueResults:
+        return cls(str(value.get("init", "")),
+                   {k: TaskSummary.from_json(v) for k, v in value.get("tasks", {}).items()},
+                   dict(value.get("skipped", {})), dict(value.get("no_submission", {})))
+
+    def write(self, workdir: str) -> None:
+        write_json_atomic(self.path(workdir), self.to_json())
+
+    @classmethod
+    def read(cls, workdir: str) -> GlueResults | None:
+        return _read(cls, cls.path(workdir))
+
+    def init_step(self) -> int | None:
+        """The checkpoint step of `init` (PRETRAIN_WORKDIR@STEP); None for hub models."""
+        _, at, step = self.init.rpartition("@")
+        return int(step) if at and step.isdigit() else None
+
+
+def _mean(values: list[float]) -> float:
+    import numpy as np
+
+    return float(np.mean(values))
+
+
+def _std(values: list[float]) -> float:
+    import numpy as np
+
+    return float(np.std(values, ddof=1))
+
+
+# -- finished? ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class PretrainTarget:
+    """A pretraining workdir is finished when final_metrics.json reports `steps`."""
+
+    workdir: str
+    steps: int
+
+    @property
+    def marker(self) -> str:
+        return FinalMetrics.path(self.workdir)
+
+    def finished(self) -> bool:
+        try:
+            final = FinalMetrics.read(self.workdir)
+        except ResultsError:
+            return False  # rerun: train.py resumes and rewrites it
+        return final is not None and final.step == self.steps
+
+    def cli_args(self) -> list[str]:
+        return ["--is_finished", self.workdir, "--steps", str(self.steps)]
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueTarget:
+    """A GLUE workdir is finished for `task` when results.json holds it, from the
+    checkpoint at `init_step`, with every learning rate and seeds 0..num_seeds-1."""
+
+    workdir: str
+    task: str
+    init_step: int
+    learning_rates: tuple[float, ...]
+    num_seeds: int
+
+    @property
+    def marker(self) -> str:
+        return GlueResults.path(self.workdir)
+
+    def finished(self) -> bool:
+        try:
+            results = GlueResults.read(self.workdir)
+        except ResultsError:
+            return False
+        if results is None or results.init_step() != self.init_step:
+            return False
+        summary = results.tasks.get(self.task)
+        if summary is None:
+            return False
+        return (set(self.learning_rates) <= summary.learning_rates()
+                and set(range(self.num_seeds)) <= set(summary.seeds))
+
+    def cli_args(self) -> list[str]:
+        return ["--is_finished", self.workdir, "--task", self.task,
+                "--init_step", str(self.init_step),
+                "--learning_rates", ",".join(repr(float(lr)) for lr in self.learning_rates),
+                "--seeds", str(self.num_seeds)]
+
+
+def target_from_args(argv: list[str]) -> PretrainTarget | GlueTarget:
+    """The target of `cli_args()`; argparse's SystemExit(2) on bad arguments."""
+    parser = argparse.ArgumentParser(
+        prog="python -m training.results",
+        description="Exit 0 if a pretraining or GLUE workdir is finished, 1 if not.")
+    parser.add_argument("--is_finished", metavar="WORKDIR", required=True)
+    parser.add_argument("--steps", type=int, help="pretraining: the step to have reached")
+    parser.add_argument("--task", help="GLUE: the task (as results.json names it)")
+    parser.add_argument("--init_step", type=int, help="GLUE: the checkpoint step")
+    parser.add_argument("--learning_rates", default="", help="GLUE: comma list")
+    parser.add_argument("--seeds", type=int, help="GLUE: fine-tuning seeds 0..N-1")
+    args = parser.parse_args(argv)
+    if args.task is None:
+        if args.steps is None:
+            parser.error("give --steps (pretraining) or --task (GLUE)")
+        return PretrainTarget(args.is_finished, args.steps)
+    if args.init_step is None or args.seeds is None:
+        parser.error("--task needs --init_step and --seeds")
+    try:
+        rates = tuple(float(x) for x in args.learning_rates.split(",") if x.strip())
+    except ValueError:
+        parser.error(f"--learning_rates={args.learning_rates}: numbers, comma-separated")
+    return GlueTarget(args.is_finished, args.task, args.init_step, rates, args.seeds)
+
+
+# -- a sweep's layout -----------------------------------------------------------------------
+def run_dir(out: str, row: str, seed: int | None) -> str:
+    """OUT/ROW for a sweep without --seeds, OUT/ROW/seed{S} with them."""
+    base = os.path.join(out, row)
+    return base if seed is None else os.path.join(base, f"seed{seed}")
+
+
+def pretrain_dir(directory: str) -> str:
+    return os.path.join(directory, PRETRAIN_DIR)
+
+
+def glue_dir(directory: str, task: str) -> str:
+    return os.path.join(directory, GLUE_DIR, task)
+
+
+def read_quietly(record, directory: str):
+    """record.read(directory), with a damaged file read as missing (tables, listings)."""
+    try:
+        return record.read(directory)
+    except ResultsError:
+        return None
+
+
+def read_run_config(workdir: str) -> dict[str, Any] | None:
+    """A pretraining workdir's config.json (a ConfigDict's dict); None if missing/damaged."""
+    try:
+        return read_json(os.path.join(workdir, RUN_CONFIG))
+    except ResultsError:
+        return None
+
+
+def list_runs(out: str, row: str) -> list[tuple[int | None, str]]:
+    """(pretraining seed, run directory) of a row's runs, in both layouts, by seed.
+
+    A run without a seed folder reports the seed in its config.json (None when it
+    has none yet), so it pairs with seed folders of other rows by seed id.
+    """
+    base = os.path.join(out, row)
+    if not os.path.isdir(base):
+        return []
+    runs: dict[int | None, str] = {}
+    if os.path.isdir(pretrain_dir(base)) or os.path.isdir(os.path.join(base, GLUE_DIR)):
+        config = read_run_config(pretrain_dir(base)) or {}
+        runs[config.get("seed")] = base
+    for entry in os.listdir(base):
+        match = SEED_DIR.fullmatch(entry)
+        if match and os.path.isdir(os.path.join(base, entry)):
+            runs[int(match.group(1))] = os.path.join(base, entry)
+    return sorted(runs.items(), key=lambda item: (item[0] is None, item[0] or 0))
+
+
+def run_glue_tasks(directory: str) -> dict[str, TaskSummary]:
+    """Task name -> summary from every results.json of a run directory: glue/TASK/ (the
+    sweep's layout) and glue/ (one eval_glue.py invocation for several tasks); a task in
+    two files keeps the newer file's."""
+    root = os.path.join(directory, GLUE_DIR)
+    paths = [root]
+    if os.path.isdir(root):
+        paths += [os.path.join(root, d) for d in sorted(os.listdir(root))]
+    found = [(os.path.getmtime(GlueResults.path(p)), p) for p in paths
+             if os.path.isfile(GlueResults.path(p))]
+    tasks: dict[str, TaskSummary] = {}
+    for _, workdir in sorted(found):
+        results = read_quietly(GlueResults, workdir)
+        if results is not None:
+            tasks.update(results.tasks)
+    return tasks
+
+
+@dataclasses.dataclass
+class SweepManifest:
+    """OUT/sweep.json: what the sweeps into OUT launched; tables.py reads its rows."""
+
+    grid: str  # a grid's name or a grid file's path
+    rows: list[dict[str, Any]]  # configs.grids.Row as dicts: name, overrides, reported
+    seeds: list[int] = dataclasses.field(default_factory=list)
+    glue_tasks: list[str] = dataclasses.field(default_factory=list)
+    pretrain_args: str = ""
+    pretrain_overrides: list[str] = dataclasses.field(default_factory=list)
+    glue_args: str = ""
+    glue_overrides: list[str] = dataclasses.field(default_factory=list)
+    glue_dir: str | None = None
+
+    @staticmethod
+    def path(out: str) -> str:
+        return os.path.join(out, MANIFEST)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> SweepManifest:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in value.items() if k in names})
+
+    def write(self, out: str) -> None:
+        write_json_atomic(self.path(out), self.to_json())
+
+    @classmethod
+    def read(cls, out: str) -> SweepManifest | None:
+        return _read(cls, cls.path(out))
+
+    def merged_into(self, old: SweepManifest | None) -> SweepManifest:
+        """This sweep's manifest keeping an earlier one's rows, seeds and tasks, so that a
+        grid can be extended by later sweeps into the same OUT."""
+        if old is None:
+            return self
+        rows = {r["name"]: r for r in old.rows} | {r["name"]: r for r in self.rows}
+        return dataclasses.replace(
+            self, rows=list(rows.values()), seeds=sorted({*old.seeds, *self.seeds}),
+            glue_tasks=list(dict.fromkeys([*old.glue_tasks, *self.glue_tasks])))
+
+
+# -- command line ---------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    target = target_from_args(sys.argv[1:] if argv is None else argv)
+    return 0 if target.finished() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
