@@ -36,6 +36,7 @@ sys.path.insert(0, REPO)
 
 import input_pipeline  # noqa: E402
 from configs import pretrain as pretrain_configs  # noqa: E402
+from configs.overrides import apply_overrides  # noqa: E402
 from models import BertForMaskedLM  # noqa: E402
 from training import pretrain, sharding  # noqa: E402
 from training.optimizer import make_optimizer  # noqa: E402
@@ -54,10 +55,7 @@ flags.DEFINE_integer("host_batch", 256, "global batch for the host input rate (0
 def load_config(spec: str, overrides: list[str]):
     _, _, arg = spec.partition(":")
     config = pretrain_configs.get_config(arg or None)
-    for item in overrides:
-        field, _, value = item.partition("=")
-        pretrain_configs.model_configs.set_field(
-            config, field, pretrain_configs.model_configs.parse_value(value))
+    apply_overrides(config, overrides)
     return config
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from configs import pretrain
-from configs.model import parse_value
+from configs.overrides import apply_overrides
 from training.checkpoints import Checkpointer
 from training.pretrain import train_and_evaluate
 
@@ -58,13 +58,7 @@ def tiny_args(corpus: str, cache: str, steps: int, **extra) -> list[str]:
 
 def tiny_config(corpus: str, cache: str, steps: int, **extra):
     config = pretrain.get_config("size=micro")
-    for arg in tiny_args(corpus, cache, steps, **extra):
-        key, value = arg[len("--config."):].split("=", 1)
-        *parents, leaf = key.split(".")
-        node = config
-        for p in parents:
-            node = node[p]
-        node[leaf] = type(node[leaf])(value) if node[leaf] is not None else parse_value(value)
+    apply_overrides(config, tiny_args(corpus, cache, steps, **extra))
     return config
 
 
