@@ -11,13 +11,15 @@
 
 Every row (x every --seeds seed) is one run: `train.py` into RUN/pretrain, then
 one `eval_glue.py` per task into RUN/glue/TASK starting from that checkpoint
-(layout: configs/sweeps.py). Local mode runs --parallel runs at a time, skips
-what is finished (pretraining: final_metrics.json at the requested step; GLUE:
-results.json holding every requested learning rate and seed) and reruns the
-rest, which train.py and eval_glue.py resume by themselves. A failed step is
-reported with its log and the sweep goes on with the other runs; the exit
-status is 1 if anything failed. Cluster mode writes RUN/run.sh per run (same
-skipping, in shell) and OUT/launch_list.txt for a scheduler, and runs nothing.
+(layout: training/results.py; grids: scripts/sweep_grids.py). Local mode runs
+--parallel runs at a time, skips what is finished (pretraining: final_metrics.json
+at the requested step; GLUE: results.json from the requested checkpoint holding
+every requested learning rate and seed) and reruns the rest, which train.py and
+eval_glue.py resume by themselves. A failed step is reported with its log and the
+sweep goes on with the other runs; the exit status is 1 if anything failed.
+Cluster mode writes RUN/run.sh per run and OUT/launch_list.txt for a scheduler, and
+runs nothing; run.sh skips finished steps by the same test, asked through
+`python -m training.results --is_finished` (training/results.py).
 --dry_run prints every row's parameters and FLOPs per token and the commands,
 and writes nothing.
 """
@@ -37,15 +39,17 @@ from typing import Any
 from absl import app, flags, logging
 
 from configs import glue as glue_configs
-from configs import grids, sweeps
+from configs import grids
 from configs import model as model_configs
-from training.files import write_json_atomic
+from scripts import sweep_grids
+from training import results
+from training.files import write_text_atomic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("grid", None, f"a grid of configs/grids.py: {', '.join(sorted(grids.GRIDS))}")
-flags.DEFINE_string("grid_file", None, "a Python file defining GRID (see configs/sweeps.py)")
+flags.DEFINE_string("grid_file", None, "a Python file defining GRID (see scripts/sweep_grids.py)")
 flags.DEFINE_string("out", None, "root directory of the sweep's runs")
 flags.DEFINE_string("pretrain_args", "", "configs/pretrain.py args added to every row's, "
                     "e.g. steps=2000,batch=64")
@@ -97,8 +101,7 @@ class Step:
     argv: tuple[str, ...]  # after the interpreter, run from the repository root
     workdir: str
     log: str
-    marker: str  # the file whose presence (and content) means finished
-    task: str | None = None  # the GLUE task; None for pretraining
+    target: results.PretrainTarget | results.GlueTarget  # what "finished" means
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,12 +111,8 @@ class Run:
     row: grids.Row
     seed: int | None
     directory: str
-    num_train_steps: int  # final_metrics.json must report this step
-    glue_init_step: int  # the checkpoint step GLUE starts from (results.json's init)
     pretrain: Step
     glue: tuple[Step, ...]
-    learning_rates: tuple[float, ...]  # results.json must hold these and every seed
-    num_glue_seeds: int
     model: Any  # models.ModelConfig at the config's vocabulary
     seq_len: int  # tokens per sequence (attention FLOPs depend on it)
     run_vocab: int  # vocabulary the run will have: the tokenizer it trains (or loads)
@@ -168,7 +167,7 @@ def plan(rows: list[grids.Row], settings: Settings) -> list[Run]:
     if settings.seeds != (None,):
         check_user_args(settings.pretrain_args, {"seed"}, "pretrain_args (with --seeds)")
     glue_config = glue_configs.get_config(settings.glue_args)
-    sweeps.apply_overrides(glue_config, list(settings.glue_overrides))
+    sweep_grids.apply_overrides(glue_config, list(settings.glue_overrides))
     runs = []
     for seed in settings.seeds:
         for row in rows:
@@ -178,35 +177,37 @@ def plan(rows: list[grids.Row], settings: Settings) -> list[Run]:
 
 def pretrain_overrides(settings: Settings) -> list[str]:
     """The user's overrides, plus the sweep's shared data cache unless they set one."""
-    keys = {sweeps.split_override(o)[0] for o in settings.pretrain_overrides}
+    keys = {sweep_grids.split_override(o)[0] for o in settings.pretrain_overrides}
     shared = [] if keys & {"data.cache_dir", "data.tokenizer"} else [
-        f"data.cache_dir={os.path.join(settings.out, sweeps.DATA_CACHE)}"]
+        f"data.cache_dir={os.path.join(settings.out, results.DATA_CACHE)}"]
     return [*settings.pretrain_overrides, *shared]
 
 
 def plan_run(row: grids.Row, seed: int | None, settings: Settings, glue_config) -> Run:
     from models import ModelConfig
 
-    arg = sweeps.join_args(sweeps.row_arg(row), settings.pretrain_args,
-                           "" if seed is None else f"seed={seed}")
+    arg = sweep_grids.join_args(sweep_grids.row_arg(row), settings.pretrain_args,
+                                "" if seed is None else f"seed={seed}")
     overrides = pretrain_overrides(settings)
-    config = sweeps.pretrain_config(arg, overrides)
+    config = sweep_grids.pretrain_config(arg, overrides)
     model = ModelConfig.from_config(config.model)  # one clear line for a bad combination
-    directory = sweeps.run_dir(settings.out, row.name, seed)
+    directory = results.run_dir(settings.out, row.name, seed)
     label = row.name if seed is None else f"{row.name} seed {seed}"
-    pretrain_workdir = sweeps.pretrain_dir(directory)
+    pretrain_workdir = results.pretrain_dir(directory)
+    init_step = glue_config.checkpoint_step or config.num_train_steps
+    learning_rates = tuple(float(lr) for lr in glue_config.learning_rates)
     pretrain = Step(
         label=f"{label} pretrain",
         argv=("train.py", "--config", f"configs/pretrain.py:{arg}",
               "--workdir", pretrain_workdir, *(f"--config.{o}" for o in overrides)),
         workdir=pretrain_workdir,
-        log=os.path.join(pretrain_workdir, sweeps.PRETRAIN_LOG),
-        marker=os.path.join(pretrain_workdir, "final_metrics.json"),
+        log=os.path.join(pretrain_workdir, results.PRETRAIN_LOG),
+        target=results.PretrainTarget(pretrain_workdir, config.num_train_steps),
     )
     glue_steps = []
     for task in settings.glue_tasks:
-        workdir = sweeps.glue_dir(directory, task)
-        glue_arg = sweeps.join_args(f"task={task}", settings.glue_args)
+        workdir = results.glue_dir(directory, task)
+        glue_arg = sweep_grids.join_args(f"task={task}", settings.glue_args)
         extra = [f"--config.glue_dir={settings.glue_dir}"] if settings.glue_dir else []
         glue_steps.append(Step(
             label=f"{label} glue {task}",
@@ -214,39 +215,13 @@ def plan_run(row: grids.Row, seed: int | None, settings: Settings, glue_config) 
                   "--workdir", workdir, f"--config.init_from={pretrain_workdir}", *extra,
                   *(f"--config.{o}" for o in settings.glue_overrides)),
             workdir=workdir,
-            log=os.path.join(workdir, sweeps.GLUE_LOG),
-            marker=os.path.join(workdir, "results.json"),
-            task=task,
+            log=os.path.join(workdir, results.GLUE_LOG),
+            target=results.GlueTarget(workdir, task, init_step, learning_rates,
+                                      glue_config.num_seeds),
         ))
-    init_step = glue_config.checkpoint_step or config.num_train_steps
-    return Run(row, seed, directory, config.num_train_steps, init_step, pretrain,
-               tuple(glue_steps),
-               tuple(float(lr) for lr in glue_config.learning_rates), glue_config.num_seeds,
-               model, config.data.max_seq_length,
+    return Run(row, seed, directory, pretrain, tuple(glue_steps), model,
+               config.data.max_seq_length,
                model.vocab_size if config.data.tokenizer else config.data.vocab_size)
-
-
-# -- finished? ---------------------------------------------------------------------------
-def pretrain_finished(run: Run) -> bool:
-    final = sweeps.read_json(run.pretrain.marker)
-    return bool(final) and final.get("step") == run.num_train_steps
-
-
-def glue_finished(run: Run, step: Step) -> bool:
-    """results.json holds the task with every requested learning rate and seed, and
-    comes from the requested checkpoint (the final one unless checkpoint_step is set)."""
-    results = sweeps.read_json(step.marker)
-    if not results:
-        return False
-    init = str(results.get("init", ""))
-    if not init.endswith(f"@{run.glue_init_step}"):
-        return False
-    summary = results.get("tasks", {}).get(step.task)
-    if summary is None:
-        return False
-    lrs = {float(lr) for lr in summary.get("learning_rate_means", {})}
-    seeds = set(summary.get("seeds", []))
-    return set(run.learning_rates) <= lrs and set(range(run.num_glue_seeds)) <= seeds
 
 
 # -- local mode --------------------------------------------------------------------------
@@ -309,9 +284,8 @@ def execute(run: Run, python: str, env: dict[str, str], console: Console,
         if step is not run.pretrain and outcomes[0].status in ("failed", "not run"):
             outcomes.append(Outcome(step, "not run", detail="pretraining failed"))
             continue
-        finished = pretrain_finished(run) if step is run.pretrain else glue_finished(run, step)
-        if finished:
-            console.print(f"[skip] {step.label}: finished ({step.marker})")
+        if step.target.finished():
+            console.print(f"[skip] {step.label}: finished ({step.target.marker})")
             outcomes.append(Outcome(step, "skipped"))
             continue
         console.print(f"[run ] {step.label} (log: {step.log})")
@@ -364,7 +338,8 @@ def log_tail(path: str, lines: int = 3) -> str:
 SCRIPT_HEADER = """\
 #!/usr/bin/env bash
 # {label}: pretraining, then GLUE. Written by scripts/sweep.py; safe to rerun:
-# finished steps are skipped, unfinished ones resume.
+# finished steps are skipped (training/results.py decides, as for a local sweep),
+# unfinished or stale ones (fewer steps, seeds or learning rates) run and resume.
 set -uo pipefail
 cd {repo} || exit 1
 PYTHON=${{PYTHON:-{python}}}
@@ -391,8 +366,10 @@ def run_script(run: Run, settings: Settings, python: str) -> str:
     lines = [SCRIPT_HEADER.format(label=label, repo=q(REPO), python=q(python), cache=cache)]
     for step, on_failure in ((run.pretrain, "exit 1"), *((s, "status=1") for s in run.glue)):
         command = " ".join(q(a) for a in step.argv)
-        lines.append(f"if [ ! -f {q(step.marker)} ]; then\n"
-                     f"  run {q(step.log)} \"$PYTHON\" {command} || {on_failure}\nfi\n")
+        check = " ".join(q(a) for a in ("-m", "training.results", *step.target.cli_args()))
+        lines.append(f"if ! \"$PYTHON\" {check}; then\n"
+                     f"  run {q(step.log)} \"$PYTHON\" {command} || {on_failure}\n"
+                     f"else\n  echo {q(f'[skip] {step.label}: finished')}\nfi\n")
     lines.append("exit $status\n")
     return "".join(lines)
 
@@ -401,15 +378,12 @@ def write_cluster(runs: list[Run], settings: Settings, python: str) -> str:
     """RUN/run.sh per run and OUT/launch_list.txt; returns the list's path."""
     paths = []
     for run in runs:
-        path = os.path.join(run.directory, sweeps.RUN_SCRIPT)
-        os.makedirs(run.directory, exist_ok=True)
-        with open(path, "w") as f:
-            f.write(run_script(run, settings, python))
+        path = os.path.join(run.directory, results.RUN_SCRIPT)
+        write_text_atomic(path, run_script(run, settings, python))
         os.chmod(path, 0o755)
         paths.append(path)
-    list_path = os.path.join(settings.out, sweeps.LAUNCH_LIST)
-    with open(list_path, "w") as f:
-        f.write("".join(f"{p}\n" for p in paths))
+    list_path = os.path.join(settings.out, results.LAUNCH_LIST)
+    write_text_atomic(list_path, "".join(f"{p}\n" for p in paths))
     return list_path
 
 
@@ -417,19 +391,14 @@ def write_cluster(runs: list[Run], settings: Settings, python: str) -> str:
 def write_manifest(label: str, rows: list[grids.Row], settings: Settings) -> None:
     """OUT/sweep.json: what tables.py needs to know about the rows. Rows from an
     earlier invocation are kept, so a grid can be extended by later sweeps."""
-    path = os.path.join(settings.out, sweeps.MANIFEST)
-    old = sweeps.read_json(path) or {}
-    merged = {r["name"]: r for r in old.get("rows", [])}
-    merged.update({r.name: sweeps.row_to_json(r) for r in rows})
-    seeds = sorted({*old.get("seeds", []), *(s for s in settings.seeds if s is not None)})
-    tasks = list(dict.fromkeys([*old.get("glue_tasks", []), *settings.glue_tasks]))
-    write_json_atomic(path, {
-        "grid": label, "rows": list(merged.values()), "seeds": seeds, "glue_tasks": tasks,
-        "pretrain_args": settings.pretrain_args,
-        "pretrain_overrides": list(settings.pretrain_overrides),
-        "glue_args": settings.glue_args, "glue_overrides": list(settings.glue_overrides),
-        "glue_dir": settings.glue_dir,
-    })
+    manifest = results.SweepManifest(
+        grid=label, rows=[sweep_grids.row_to_json(r) for r in rows],
+        seeds=sorted(s for s in settings.seeds if s is not None),
+        glue_tasks=list(settings.glue_tasks), pretrain_args=settings.pretrain_args,
+        pretrain_overrides=list(settings.pretrain_overrides), glue_args=settings.glue_args,
+        glue_overrides=list(settings.glue_overrides), glue_dir=settings.glue_dir)
+    old = results.read_quietly(results.SweepManifest, settings.out)
+    manifest.merged_into(old).write(settings.out)
 
 
 def print_stats(runs: list[Run], settings: Settings) -> None:
@@ -445,13 +414,13 @@ def print_stats(runs: list[Run], settings: Settings) -> None:
         if run.seed not in (None, settings.seeds[0]):
             continue  # the model does not depend on the seed
         cfg, seq_len = run.model, run.seq_len
-        at_paper, _ = sweeps.parameter_counts(cfg.replace(vocab_size=30522))
+        at_paper, _ = sweep_grids.parameter_counts(cfg.replace(vocab_size=30522))
         at_run = at_paper + (run.run_vocab - 30522) * cfg.hidden_size
-        flops = sweeps.flops_per_token(cfg, seq_len)
+        flops = sweep_grids.flops_per_token(cfg, seq_len)
         paper = f"{run.row.reported['params_m']:.0f}M" if "params_m" in run.row.reported else "-"
         print(f"| {run.row.name} | {cfg.num_layers} | {cfg.hidden_size} | {cfg.num_heads} | "
               f"{cfg.head_key_size} | {cfg.head_value_size} | {cfg.attention} | "
-              f"{sweeps.millions(at_paper)} | {paper} | {sweeps.millions(at_run)} "
+              f"{sweep_grids.millions(at_paper)} | {paper} | {sweep_grids.millions(at_run)} "
               f"(vocab {run.run_vocab}) | {flops / 1e9:.4g} (n={seq_len}) |")
 
 
@@ -463,19 +432,19 @@ def print_commands(runs: list[Run], python: str) -> None:
 
 # -- main --------------------------------------------------------------------------------
 def settings_from_flags() -> tuple[str, list[grids.Row], Settings, list[str]]:
-    label, rows = sweeps.load_grid(FLAGS.grid, FLAGS.grid_file)
+    label, rows = sweep_grids.load_grid(FLAGS.grid, FLAGS.grid_file)
     out = os.path.abspath(FLAGS.out)
     glue_dir = os.path.abspath(FLAGS.glue_dir) if FLAGS.glue_dir else None
     tasks, left_out = resolve_glue_tasks(FLAGS.glue_tasks, glue_dir)
     cache = {"none": None, "": None}.get(FLAGS.jax_cache, os.path.abspath(FLAGS.jax_cache))
     if FLAGS.jax_cache == "auto":  # a cache the user's environment names wins over ours
         cache = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
-            out, sweeps.JAX_CACHE)
+            out, results.JAX_CACHE)
     settings = Settings(
         out=out, pretrain_args=FLAGS.pretrain_args,
-        pretrain_overrides=tuple(map(sweeps.normalize_override, FLAGS.pretrain_overrides)),
+        pretrain_overrides=tuple(map(sweep_grids.normalize_override, FLAGS.pretrain_overrides)),
         glue_tasks=tuple(tasks), glue_args=FLAGS.glue_args,
-        glue_overrides=tuple(map(sweeps.normalize_override, FLAGS.glue_overrides)),
+        glue_overrides=tuple(map(sweep_grids.normalize_override, FLAGS.glue_overrides)),
         glue_dir=glue_dir, seeds=parse_seeds(FLAGS.seeds), jax_cache=cache)
     return label, rows, settings, left_out
 

@@ -5,7 +5,7 @@
       --plots runs/t2a/plots
 
 Rows come from --grid/--grid_file, else from the sweep's OUT/sweep.json, else
-from every row folder in OUT (layout: configs/sweeps.py). Per row: parameters
+from every row folder in OUT (layout: training/results.py). Per row: parameters
 (without the MLM head, at the run's vocabulary), forward GFLOPs per token, MLM
 dev loss and accuracy (pretrain/final_metrics.json), every GLUE task's main dev
 score at the best learning rate (glue/TASK/results.json) and their average;
@@ -54,12 +54,23 @@ import scipy.stats
 from absl import app, flags, logging
 
 import glue
-from configs import grids, sweeps
+from configs import grids
+from scripts import sweep_grids
+from training.files import write_text_atomic
+from training.results import (
+    FinalMetrics,
+    SweepManifest,
+    list_runs,
+    pretrain_dir,
+    read_quietly,
+    read_run_config,
+    run_glue_tasks,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "the sweep's root directory (scripts/sweep.py --out)")
 flags.DEFINE_string("grid", None, f"rows of configs/grids.py: {', '.join(sorted(grids.GRIDS))}")
-flags.DEFINE_string("grid_file", None, "rows from a grid file (see configs/sweeps.py)")
+flags.DEFINE_string("grid_file", None, "rows from a grid file (see scripts/sweep_grids.py)")
 flags.DEFINE_list("format", ["md", "csv"], "files to write into --tables_dir: md, csv")
 flags.DEFINE_string("tables_dir", None, "where table.md/table.csv/significance.csv go; "
                     "default: --out")
@@ -85,7 +96,7 @@ class SeedRun:
 
     seed: int | None
     directory: str
-    mlm: dict[str, float]  # final_metrics.json; empty until pretraining finished
+    mlm: FinalMetrics | None  # pretrain/final_metrics.json; None until pretraining finished
     glue: dict[str, dict[int, float]]  # score name -> {fine-tuning seed: main dev score}
     config: dict[str, Any] | None  # pretrain/config.json
 
@@ -108,46 +119,25 @@ class RowResult:
 
 
 def read_glue(run_directory: str) -> dict[str, dict[int, float]]:
-    """Score name -> {fine-tuning seed: main score} from every results.json of a run.
-
-    Reads glue/TASK/results.json (the sweep's layout) and glue/results.json (one
-    eval_glue.py invocation for several tasks); a task in both keeps the newer file.
-    """
-    root = os.path.join(run_directory, sweeps.GLUE_DIR)
-    paths = [os.path.join(root, "results.json")]
-    if os.path.isdir(root):
-        paths += [os.path.join(root, d, "results.json") for d in sorted(os.listdir(root))]
-    found = [(os.path.getmtime(p), p) for p in paths if os.path.isfile(p)]
+    """Score name -> {fine-tuning seed: main score at the best learning rate} from every
+    results.json of a run (MNLI: -m and -mm)."""
     scores: dict[str, dict[int, float]] = {}
-    for _, path in sorted(found):
-        results = sweeps.read_json(path) or {}
-        for summary in results.get("tasks", {}).values():
-            scores.update(task_scores(summary))
+    for summary in run_glue_tasks(run_directory).values():
+        scores.update(summary.main_per_seed())
     return scores
-
-
-def task_scores(summary: dict[str, Any]) -> dict[str, dict[int, float]]:
-    """A finetune.summarize() summary -> {score name: {seed: main metric}} (MNLI: -m, -mm)."""
-    task = glue.get_task(summary["task"])
-    out = {}
-    for name in summary["main"]:
-        per_seed = summary["scores"][f"{name}/{task.main_metric}"]["per_seed"]
-        out[name] = {int(s): float(v) for s, v in zip(summary["seeds"], per_seed, strict=True)}
-    return out
 
 
 def read_row(out: str, row: grids.Row) -> RowResult:
     runs = []
-    for seed, directory in sweeps.list_runs(out, row.name):
-        pretrain = sweeps.pretrain_dir(directory)
-        final = sweeps.read_json(os.path.join(pretrain, "final_metrics.json")) or {}
-        runs.append(SeedRun(seed, directory, {k: float(v) for k, v in final.items()},
-                            read_glue(directory),
-                            sweeps.read_json(os.path.join(pretrain, "config.json"))))
+    for seed, directory in list_runs(out, row.name):
+        pretrain = pretrain_dir(directory)
+        runs.append(SeedRun(seed, directory, read_quietly(FinalMetrics, pretrain),
+                            read_glue(directory), read_run_config(pretrain)))
     return RowResult(row, runs)
 
 
-def add_model_stats(result: RowResult, manifest: dict[str, Any], paper_vocab: bool) -> None:
+def add_model_stats(result: RowResult, manifest: SweepManifest | None,
+                    paper_vocab: bool) -> None:
     """Model, parameters and FLOPs: from a run's config.json (what was trained, with
     the tokenizer's vocabulary), else built from the row as the sweep would."""
     from models import ModelConfig
@@ -160,34 +150,35 @@ def add_model_stats(result: RowResult, manifest: dict[str, Any], paper_vocab: bo
             model = ModelConfig.from_config(config["model"])
             seq_len = int(config["data"]["max_seq_length"])
         else:
-            built = sweeps.pretrain_config(
-                sweeps.join_args(sweeps.row_arg(result.row), manifest.get("pretrain_args", "")),
-                list(manifest.get("pretrain_overrides", [])))
+            built = sweep_grids.pretrain_config(
+                sweep_grids.join_args(sweep_grids.row_arg(result.row),
+                                      manifest.pretrain_args if manifest else ""),
+                list(manifest.pretrain_overrides) if manifest else [])
             model = ModelConfig.from_config(built.model)
             model = model.replace(vocab_size=built.data.vocab_size)
             seq_len = built.data.max_seq_length
     except (ValueError, KeyError, TypeError):  # a row folder without a usable config
         return
     result.model, result.seq_len = model, seq_len
-    result.params = sweeps.parameter_counts(model)[0]
+    result.params = sweep_grids.parameter_counts(model)[0]
     if paper_vocab:  # without the MLM head only the word embeddings depend on the vocabulary
         result.params_paper_vocab = (result.params
                                      + (PAPER_VOCAB - model.vocab_size) * model.hidden_size)
-    result.flops = sweeps.flops_per_token(model, seq_len)
+    result.flops = sweep_grids.flops_per_token(model, seq_len)
 
 
 def load_rows(out: str, grid: str | None,
-              grid_file: str | None) -> tuple[str, list[grids.Row], dict[str, Any]]:
+              grid_file: str | None) -> tuple[str, list[grids.Row], SweepManifest | None]:
     """(label, rows, the sweep's manifest): --grid/--grid_file, else the manifest's rows,
     else every folder of OUT that holds a run."""
-    manifest = sweeps.read_json(os.path.join(out, sweeps.MANIFEST)) or {}
+    manifest = read_quietly(SweepManifest, out)
     if grid or grid_file:
-        label, rows = sweeps.load_grid(grid, grid_file)
+        label, rows = sweep_grids.load_grid(grid, grid_file)
         return label, rows, manifest
-    if manifest.get("rows"):
-        rows = [sweeps.row_from_json(r) for r in manifest["rows"]]
-        return manifest.get("grid", out), rows, manifest
-    names = sorted(d for d in os.listdir(out) if sweeps.list_runs(out, d))
+    if manifest and manifest.rows:
+        rows = [sweep_grids.row_from_json(r) for r in manifest.rows]
+        return manifest.grid, rows, manifest
+    names = sorted(d for d in os.listdir(out) if list_runs(out, d))
     return out, [grids.Row(name, {}) for name in names], manifest
 
 
@@ -239,7 +230,7 @@ def average(scores: dict[str, float], tasks: list[str]) -> float:
 def pretrain_value(run: SeedRun, metric: Metric, averaged: list[str]) -> float | None:
     """The run's number: MLM as is, GLUE as the mean over fine-tuning seeds."""
     if metric.kind == "mlm":
-        value = run.mlm.get(metric.key)
+        value = run.mlm.metric(metric.key) if run.mlm else None
         return None if value is None else value * metric.scale
     if metric.kind == "task":
         scores = run.glue.get(metric.key)
@@ -429,12 +420,12 @@ def describe(result: RowResult) -> dict[str, str]:
                              "-")
     return {"attention": m.attention, "heads": str(m.num_heads), "key": str(m.head_key_size),
             "value": str(m.head_value_size), "GFLOPs/token": f"{result.flops / 1e9:.4g}",
-            "params": sweeps.millions(result.params)}
+            "params": sweep_grids.millions(result.params)}
 
 
 
 def seeds_cell(result: RowResult) -> str:
-    pretrain = sum(1 for r in result.runs if r.mlm or r.glue)
+    pretrain = sum(1 for r in result.runs if r.mlm is not None or r.glue)
     finetune = max((len(s) for r in result.runs for s in r.glue.values()), default=0)
     return f"{pretrain}×{finetune}" if finetune else str(pretrain)
 
@@ -446,7 +437,7 @@ def markdown_table(table: Table) -> str:
     for r in table.results:
         cells = {"row": r.row.name, **describe(r)}
         if "params_m" in papers:
-            cells["params @30522"] = (sweeps.millions(r.params_paper_vocab)
+            cells["params @30522"] = (sweep_grids.millions(r.params_paper_vocab)
                                       if r.params_paper_vocab else "-")
         cells["seeds (pt×ft)"] = seeds_cell(r)
         cells |= {m.name: cell(table.stat(r, m), m.digits) for m in table.metrics}
@@ -619,7 +610,7 @@ def plot_loss_curves(results: list[RowResult], path: str) -> bool:
     drawn = False
     for r in results:
         for ax, tag in zip(axes, ("loss", "eval_loss"), strict=True):
-            curves = [scalar_curve(sweeps.pretrain_dir(run.directory), tag) for run in r.runs]
+            curves = [scalar_curve(pretrain_dir(run.directory), tag) for run in r.runs]
             curves = [c for c in curves if c]
             if not curves:
                 continue
@@ -679,12 +670,6 @@ def render(table: Table, pairs: list[tuple[str, str]], test: str, alpha: float,
     return markdown, csv_table(table), significance_csv(tests, test, alpha)
 
 
-def write(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def main(argv: list[str]) -> None:
     del argv
     if FLAGS["verbosity"].present == 0:
@@ -708,10 +693,10 @@ def main(argv: list[str]) -> None:
     print(markdown)
     directory = FLAGS.tables_dir or out
     if "md" in formats:
-        write(os.path.join(directory, "table.md"), markdown)
+        write_text_atomic(os.path.join(directory, "table.md"), markdown)
     if "csv" in formats:
-        write(os.path.join(directory, "table.csv"), results_csv)
-        write(os.path.join(directory, "significance.csv"), significance_csv_text)
+        write_text_atomic(os.path.join(directory, "table.csv"), results_csv)
+        write_text_atomic(os.path.join(directory, "significance.csv"), significance_csv_text)
     if FLAGS.plots:
         for path in write_plots(table, FLAGS.plots):
             print(f"wrote {path}")

@@ -119,6 +119,55 @@ def test_cluster_mode_writes_one_script_per_run_and_a_launch_list(tmp_path):
     assert manifest["seeds"] == [0, 1] and manifest["glue_tasks"] == ["SST-2", "RTE"]
 
 
+FAKE_PYTHON = """#!/usr/bin/env bash
+# The finished checks (python -m training.results) run for real; every other command
+# is recorded instead of run.
+if [ "$1" = "-m" ]; then exec {python} "$@"; fi
+echo "$1" >> {calls}
+"""
+
+
+def test_cluster_run_script_reruns_stale_steps_and_skips_finished_ones(tmp_path):
+    """run.sh decides "finished" as a local sweep does, not by the files' existence."""
+    (tmp_path / "grid.py").write_text('GRID = [{"name": "mh", "overrides": {"size": "micro"}}]\n')
+    out = tmp_path / "out"
+    result = run_script("sweep.py", [
+        f"--grid_file={tmp_path / 'grid.py'}", f"--out={out}", "--mode=cluster",
+        "--pretrain_args=steps=10", "--glue_tasks=sst2", "--glue_args=seeds=2,lr=2e-5",
+        "--glue_dir=/data/glue", "--jax_cache=none"])
+    assert result.returncode == 0, result.stderr
+    calls = tmp_path / "calls.txt"
+    python = tmp_path / "python"
+    python.write_text(FAKE_PYTHON.format(python=shlex.quote(sys.executable),
+                                         calls=shlex.quote(str(calls))))
+    python.chmod(0o755)
+    pretrain, glue_dir = out / "mh" / "pretrain", out / "mh" / "glue" / "SST-2"
+    task = glue.get_task("sst2")
+
+    def glue_results(seeds: list[int]) -> None:
+        runs = [results.RunResult("SST-2", 2e-5, s, 10, {"dev": {"accuracy": 80.0}}, 80.0, 0.5)
+                for s in seeds]
+        results.GlueResults(f"{pretrain}@10",
+                            {"SST-2": results.TaskSummary.from_runs(task, runs)}).write(
+                                str(glue_dir))
+
+    def run_sh() -> list[str]:
+        calls.unlink(missing_ok=True)
+        done = subprocess.run(["bash", str(out / "mh" / "run.sh")], capture_output=True,
+                              text=True, env=dict(os.environ, PYTHON=str(python)), timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return calls.read_text().split() if calls.exists() else []
+
+    # Stale: pretrained for 5 of 10 steps; fine-tuned with 1 of 2 seeds.
+    results.FinalMetrics(step=5, train_loss=1.0).write(str(pretrain))
+    glue_results([0])
+    assert run_sh() == ["train.py", "eval_glue.py"]
+    # Finished: both are skipped.
+    results.FinalMetrics(step=10, train_loss=1.0).write(str(pretrain))
+    glue_results([0, 1])
+    assert run_sh() == []
+
+
 def test_bad_grid_file_is_one_clear_error_before_anything_runs(tmp_path):
     grid = tmp_path / "grid.py"
     grid.write_text('GRID = [{"name": "a", "overrides": {"size": "micro", "hedas": 2}}]\n')

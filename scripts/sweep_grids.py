@@ -1,25 +1,7 @@
-"""Sweep settings and layout, shared by scripts/sweep.py and scripts/tables.py.
-
-A sweep runs every row of a grid (configs/grids.py, or a user's grid file) as
-one pretraining run per pretraining seed, each followed by GLUE fine-tuning.
-Its output directory OUT holds:
-
-  OUT/sweep.json          what was launched: grid, rows, seeds, GLUE tasks, arguments
-  OUT/launch_list.txt     cluster mode: the run scripts, one per line
-  OUT/data_cache/         tokenizer and packed corpus shared by every run
-  OUT/jax_cache/          XLA compilation cache shared by every run
-  OUT/ROW/                one row (one pretraining seed); with --seeds: OUT/ROW/seed{S}/
-      run.sh              cluster mode: this run's commands
-      pretrain/           train.py's --workdir; its output in train.log
-      glue/TASK/          eval_glue.py's --workdir for one task; its output in eval_glue.log
-
-Why one GLUE workdir per task: eval_glue.py takes one task (or all nine) and its
-results.json holds the tasks of one invocation, so tasks run one at a time into
-one directory would leave only the last one in results.json.
-
-Why one data cache: WordPiece training is not bit-reproducible across
-processes, so runs that each built their own tokenizer would differ in their
-vocabulary as well as in the attention being compared.
+"""A sweep's grid, shared by scripts/sweep.py and scripts/tables.py: loading a grid
+(configs/grids.py's GRIDS, or a user's grid file), checking its rows, the configs/pretrain.py
+arg and config of a row, and a row's model statistics. What the runs write, and the
+sweep's directory layout, are training/results.py's.
 
 A grid file is a Python file defining
 
@@ -36,7 +18,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
-import json
 import os
 import re
 from typing import Any
@@ -46,20 +27,10 @@ import ml_collections
 from configs import grids
 from configs import model as model_configs
 from configs import pretrain as pretrain_configs
-
-MANIFEST = "sweep.json"
-LAUNCH_LIST = "launch_list.txt"
-DATA_CACHE = "data_cache"
-JAX_CACHE = "jax_cache"
-RUN_SCRIPT = "run.sh"
-PRETRAIN_DIR = "pretrain"
-GLUE_DIR = "glue"
-PRETRAIN_LOG = "train.log"
-GLUE_LOG = "eval_glue.log"
+from training import results
 
 # Row names become directory names and appear in shell scripts.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
-_SEED_DIR = re.compile(r"seed(\d+)")
 
 
 # -- grids -------------------------------------------------------------------------------
@@ -103,7 +74,7 @@ def check_rows(rows: list[grids.Row]) -> list[grids.Row]:
     allowed = set(model_configs.MODEL_ARGS) | set(pretrain_configs.PRETRAIN_ARGS)
     seen: set[str] = set()
     for row in rows:
-        if not _NAME.fullmatch(row.name) or _SEED_DIR.fullmatch(row.name):
+        if not _NAME.fullmatch(row.name) or results.SEED_DIR.fullmatch(row.name):
             raise ValueError(f"row name {row.name!r}: use letters, digits, '_', '.', '+', '-'")
         if row.name in seen:
             raise ValueError(f"row name {row.name!r} appears twice")
@@ -188,56 +159,13 @@ def pretrain_config(arg: str, overrides: list[str]) -> ml_collections.ConfigDict
     return config
 
 
-# -- layout ------------------------------------------------------------------------------
-def run_dir(out: str, row: str, seed: int | None) -> str:
-    """OUT/ROW for a sweep without --seeds, OUT/ROW/seed{S} with them."""
-    base = os.path.join(out, row)
-    return base if seed is None else os.path.join(base, f"seed{seed}")
-
-
-def pretrain_dir(directory: str) -> str:
-    return os.path.join(directory, PRETRAIN_DIR)
-
-
-def glue_dir(directory: str, task: str) -> str:
-    return os.path.join(directory, GLUE_DIR, task)
-
-
-def list_runs(out: str, row: str) -> list[tuple[int | None, str]]:
-    """(pretraining seed, run directory) of a row's runs, in both layouts, by seed.
-
-    A run without a seed folder reports the seed in its config.json (None when it
-    has none yet), so it pairs with seed folders of other rows by seed id.
-    """
-    base = os.path.join(out, row)
-    if not os.path.isdir(base):
-        return []
-    runs: dict[int | None, str] = {}
-    if os.path.isdir(pretrain_dir(base)) or os.path.isdir(os.path.join(base, GLUE_DIR)):
-        config = read_json(os.path.join(pretrain_dir(base), "config.json")) or {}
-        runs[config.get("seed")] = base
-    for entry in os.listdir(base):
-        match = _SEED_DIR.fullmatch(entry)
-        if match and os.path.isdir(os.path.join(base, entry)):
-            runs[int(match.group(1))] = os.path.join(base, entry)
-    return sorted(runs.items(), key=lambda item: (item[0] is None, item[0] or 0))
-
-
-def read_json(path: str) -> Any:
-    """The file's JSON, or None when it is missing or half-written."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
+# -- rows as JSON (sweep.json) ----------------------------------------------------------
 def row_to_json(row: grids.Row) -> dict[str, Any]:
     return dataclasses.asdict(row)
 
 
 def row_from_json(entry: dict[str, Any]) -> grids.Row:
-    return as_row(entry, MANIFEST)
+    return as_row(entry, results.MANIFEST)
 
 
 # -- model statistics --------------------------------------------------------------------
