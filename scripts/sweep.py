@@ -39,8 +39,7 @@ from typing import Any
 from absl import app, flags, logging
 
 from configs import glue as glue_configs
-from configs import grids
-from configs import model as model_configs
+from configs import grids, overrides
 from scripts import sweep_grids
 from training import results
 from training.files import write_text_atomic
@@ -153,7 +152,7 @@ def resolve_glue_tasks(spec: str, glue_dir: str | None) -> tuple[list[str], list
 
 
 def check_user_args(arg: str, own: set[str], flag: str) -> None:
-    clash = sorted(set(model_configs.parse_arg(arg)) & own)
+    clash = sorted(set(overrides.parse_arg(arg)) & own)
     if clash:
         raise ValueError(f"--{flag} must not set {clash}: the sweep sets it")
 
@@ -167,7 +166,7 @@ def plan(rows: list[grids.Row], settings: Settings) -> list[Run]:
     if settings.seeds != (None,):
         check_user_args(settings.pretrain_args, {"seed"}, "pretrain_args (with --seeds)")
     glue_config = glue_configs.get_config(settings.glue_args)
-    sweep_grids.apply_overrides(glue_config, list(settings.glue_overrides))
+    overrides.apply_overrides(glue_config, list(settings.glue_overrides))
     runs = []
     for seed in settings.seeds:
         for row in rows:
@@ -177,7 +176,7 @@ def plan(rows: list[grids.Row], settings: Settings) -> list[Run]:
 
 def pretrain_overrides(settings: Settings) -> list[str]:
     """The user's overrides, plus the sweep's shared data cache unless they set one."""
-    keys = {sweep_grids.split_override(o)[0] for o in settings.pretrain_overrides}
+    keys = {overrides.split_override(o)[0] for o in settings.pretrain_overrides}
     shared = [] if keys & {"data.cache_dir", "data.tokenizer"} else [
         f"data.cache_dir={os.path.join(settings.out, results.DATA_CACHE)}"]
     return [*settings.pretrain_overrides, *shared]
@@ -188,8 +187,8 @@ def plan_run(row: grids.Row, seed: int | None, settings: Settings, glue_config) 
 
     arg = sweep_grids.join_args(sweep_grids.row_arg(row), settings.pretrain_args,
                                 "" if seed is None else f"seed={seed}")
-    overrides = pretrain_overrides(settings)
-    config = sweep_grids.pretrain_config(arg, overrides)
+    fields = pretrain_overrides(settings)
+    config = sweep_grids.pretrain_config(arg, fields)
     model = ModelConfig.from_config(config.model)  # one clear line for a bad combination
     directory = results.run_dir(settings.out, row.name, seed)
     label = row.name if seed is None else f"{row.name} seed {seed}"
@@ -199,7 +198,7 @@ def plan_run(row: grids.Row, seed: int | None, settings: Settings, glue_config) 
     pretrain = Step(
         label=f"{label} pretrain",
         argv=("train.py", "--config", f"configs/pretrain.py:{arg}",
-              "--workdir", pretrain_workdir, *(f"--config.{o}" for o in overrides)),
+              "--workdir", pretrain_workdir, *(f"--config.{o}" for o in fields)),
         workdir=pretrain_workdir,
         log=os.path.join(pretrain_workdir, results.PRETRAIN_LOG),
         target=results.PretrainTarget(pretrain_workdir, config.num_train_steps),

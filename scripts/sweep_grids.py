@@ -15,7 +15,6 @@ arg (model keys such as heads, key_size, attention, and run keys such as lr).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import importlib.util
 import os
@@ -24,7 +23,7 @@ from typing import Any
 
 import ml_collections
 
-from configs import grids
+from configs import grids, overrides
 from configs import model as model_configs
 from configs import pretrain as pretrain_configs
 from training import results
@@ -108,54 +107,15 @@ def join_args(*parts: str) -> str:
 
 
 # -- configs -----------------------------------------------------------------------------
-def apply_overrides(config: ml_collections.ConfigDict, overrides: list[str]) -> None:
-    """Applies FIELD=VALUE strings (as --config.FIELD=VALUE would) to a ConfigDict."""
-    for item in overrides:
-        key, value = split_override(item)
-        *parents, leaf = key.split(".")
-        node = config
-        try:
-            for p in parents:
-                node = node[p]
-            current = node[leaf]
-        except (KeyError, AttributeError, TypeError):
-            raise ValueError(f"override {item!r}: the config has no field {key}") from None
-        try:
-            node[leaf] = coerce(value, current)
-        except (TypeError, ValueError, SyntaxError) as e:  # incl. ml_collections' type check
-            raise ValueError(f"override {item!r}: {e}") from None
-
-
 def normalize_override(item: str) -> str:
     """'--config.a.b=v', 'config.a.b=v' and 'a.b=v' all become 'a.b=v'."""
-    return "=".join(split_override(item))
+    return "=".join(overrides.split_override(item))
 
 
-def split_override(item: str) -> tuple[str, str]:
-    text = item.removeprefix("--").removeprefix("config.")
-    if "=" not in text:
-        raise ValueError(f"override {item!r} is not of the form FIELD=VALUE")
-    key, value = text.split("=", 1)
-    return key.strip(), value
-
-
-def coerce(text: str, current: object) -> object:
-    if isinstance(current, bool):
-        return text.strip().lower() in ("1", "true", "yes")
-    if isinstance(current, int | float):
-        return type(current)(text)
-    if isinstance(current, tuple | list):
-        value = ast.literal_eval(text)
-        return tuple(value) if isinstance(value, tuple | list) else (value,)
-    if isinstance(current, str):
-        return text
-    return model_configs.parse_value(text)  # a None placeholder: the parsed type
-
-
-def pretrain_config(arg: str, overrides: list[str]) -> ml_collections.ConfigDict:
+def pretrain_config(arg: str, field_values: list[str]) -> ml_collections.ConfigDict:
     """configs/pretrain.py:ARG plus --config overrides; raises ValueError naming a bad field."""
     config = pretrain_configs.get_config(arg)
-    apply_overrides(config, overrides)
+    overrides.apply_overrides(config, field_values)
     return config
 
 
