@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from tokenizers import (
 )
 
 from input_pipeline.errors import TokenizerError
+from training.files import write_text_atomic  # the project's one atomic file writer
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -116,17 +116,6 @@ def train_tokenizer(
     return tokenizer
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def vocab_list(tokenizer: Tokenizer) -> list[str]:
     """Tokens ordered by id (the lines of vocab.txt)."""
     vocab = tokenizer.get_vocab(with_added_tokens=True)
@@ -140,9 +129,9 @@ def save_tokenizer(tokenizer: Tokenizer, out_dir: str | os.PathLike) -> Path:
     """Writes tokenizer.json and vocab.txt (each atomically) into out_dir."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(out / "vocab.txt", "".join(t + "\n" for t in vocab_list(tokenizer)))
+    write_text_atomic(out / "vocab.txt", "".join(t + "\n" for t in vocab_list(tokenizer)))
     # tokenizer.json last: load_tokenizer prefers it, so its presence means "complete".
-    _atomic_write_text(out / "tokenizer.json", tokenizer.to_str(pretty=True))
+    write_text_atomic(out / "tokenizer.json", tokenizer.to_str(pretty=True))
     return out
 
 
