@@ -26,33 +26,15 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from input_pipeline import tokenizer as tokenizer_lib
-from input_pipeline.errors import InputPipelineError
+from input_pipeline.masking import MaskingRecipe
 from input_pipeline.tokenizer import SpecialIds
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class DeviceMasker:
+class DeviceMasker(MaskingRecipe):
     """Masks a batch on the device: `masker(batch)` -> batch with MLM fields."""
-
-    special: SpecialIds
-    vocab_size: int
-    max_predictions: int  # P
-    mask_prob: float = 0.15
-    whole_word: bool = False
-    continuation: np.ndarray | None = None  # bool [vocab]: '##' pieces; for whole_word
-    mask_token_prob: float = 0.8
-    random_token_prob: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.max_predictions < 1:
-            raise InputPipelineError(f"masking: max_predictions={self.max_predictions} < 1")
-        if not 0.0 < self.mask_prob <= 1.0:
-            raise InputPipelineError(f"masking: mask_prob={self.mask_prob} not in (0, 1]")
-        if self.whole_word and self.continuation is None:
-            raise InputPipelineError("masking: whole_word=True needs the continuation mask")
 
     @classmethod
     def for_tokenizer(cls, tokenizer, max_predictions: int, mask_prob: float = 0.15,
@@ -99,8 +81,7 @@ class DeviceMasker:
         u = jax.random.uniform(action_key, (slots,))
         to_mask = u < self.mask_token_prob
         to_random = ~to_mask & (u < self.mask_token_prob + self.random_token_prob)
-        pool = jnp.asarray(np.setdiff1d(np.arange(self.vocab_size), self.special.all),
-                           jnp.int32)
+        pool = jnp.asarray(self.random_pool)
         random_ids = pool[jax.random.randint(random_key, (slots,), 0, pool.shape[0])]
         new = jnp.where(to_mask, self.special.mask, jnp.where(to_random, random_ids, originals))
         # Unused slots point at position 0 and write back its own token: a no-op.

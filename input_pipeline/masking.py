@@ -30,8 +30,9 @@ from input_pipeline.tokenizer import SpecialIds
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Masker:
-    """Masks batches of packed input_ids; see the module docstring for the recipe."""
+class MaskingRecipe:
+    """BERT's masking settings, checked once; the numpy Masker below and the device
+    masker (input_pipeline/device_masking.py) apply the same recipe."""
 
     special: SpecialIds
     vocab_size: int
@@ -63,6 +64,11 @@ class Masker:
         # floor(x + 0.5): round half up, as Python 2's round in BERT's script did.
         k = int(np.floor(self.mask_prob * num_maskable + 0.5))
         return min(self.max_predictions, max(1, k), num_maskable)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Masker(MaskingRecipe):
+    """Masks batches of packed input_ids on the host; see the module docstring."""
 
     def __call__(
         self, input_ids: np.ndarray, rng: np.random.Generator | Sequence[np.random.Generator],
