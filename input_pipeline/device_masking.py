@@ -9,7 +9,8 @@ token with 0.1, and stays itself with 0.1. Whole-word masking takes words ('##'
 pieces join the token before them) in random order, skipping a word that would
 overshoot k, as BERT's create_pretraining_data. Outputs have P static slots; unused
 slots hold position 0, id 0, weight 0. The random draws differ from numpy's (another
-generator); the distribution is the same (tests/test_device_masking.py).
+generator); the distribution is the same (tests/test_device_masking.py). With
+`targets` only the marked tokens may be chosen, as in the numpy Masker.
 
 Randomness: row r of a batch carries `mask_stream` int32 [4] = (seed, stream, a, b),
 and its key is key(seed) folded with stream, a and b. Training rows use
@@ -28,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from input_pipeline import tokenizer as tokenizer_lib
-from input_pipeline.masking import MaskingRecipe
+from input_pipeline.masking import MaskingRecipe, target_mask
 from input_pipeline.tokenizer import SpecialIds
 
 
@@ -38,12 +39,19 @@ class DeviceMasker(MaskingRecipe):
 
     @classmethod
     def for_tokenizer(cls, tokenizer, max_predictions: int, mask_prob: float = 0.15,
-                      whole_word: bool = False) -> DeviceMasker:
-        """The masker for a `tokenizers.Tokenizer` (its special ids and '##' pieces)."""
+                      whole_word: bool = False, *, mask_targets: str | None = None,
+                      mask_token_prob: float = 0.8,
+                      random_token_prob: float = 0.1) -> DeviceMasker:
+        """The masker for a `tokenizers.Tokenizer` (its special ids and '##' pieces);
+        mask_targets: a regex over its vocabulary (masking.target_mask), None: any token."""
         continuation = tokenizer_lib.continuation_mask(tokenizer) if whole_word else None
+        targets = None if mask_targets is None else target_mask(
+            tokenizer_lib.vocab_list(tokenizer), mask_targets)
         return cls(SpecialIds.from_tokenizer(tokenizer),
                    tokenizer.get_vocab_size(with_added_tokens=True), max_predictions,
-                   mask_prob, whole_word=whole_word, continuation=continuation)
+                   mask_prob, whole_word=whole_word, continuation=continuation,
+                   mask_token_prob=mask_token_prob, random_token_prob=random_token_prob,
+                   targets=targets)
 
     def __call__(self, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
         """batch with input_ids [B, T] (unmasked) and mask_stream [B, 4] -> the same batch
@@ -62,6 +70,8 @@ class DeviceMasker(MaskingRecipe):
         length, slots = ids.shape[0], self.max_predictions
         choose_key, action_key, random_key = jax.random.split(key, 3)
         maskable = ~jnp.isin(ids, jnp.asarray(self.special.never_masked))
+        if self.targets is not None:
+            maskable &= jnp.asarray(self.targets)[ids]
         n = jnp.sum(maskable)
         # floor(x + 0.5): round half up, as Python 2's round in BERT's script.
         k = jnp.floor(self.mask_prob * n + 0.5).astype(jnp.int32)

@@ -13,6 +13,11 @@ Whole-word masking (BERT's 2019 variant): a word is a maskable token plus the
 skipped when they would overshoot k, so all pieces of a word are masked together
 and at most k tokens are predicted.
 
+Targets (`targets`, data.mask_targets): only tokens marked in a bool [vocab] array
+may be chosen (n counts those), for tasks whose loss belongs on known answers only
+(input_pipeline/synthetic.py); `target_mask` marks the vocabulary entries that match
+a regular expression. None (the default) is BERT's masking above, draw for draw.
+
 One numpy Generator may serve a whole batch, or one Generator per row; the
 latter makes a row's mask independent of which process or batch computes it.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -42,6 +48,7 @@ class MaskingRecipe:
     continuation: np.ndarray | None = None  # bool [vocab]: '##' pieces; needed for whole_word
     mask_token_prob: float = 0.8  # of the chosen: -> [MASK]
     random_token_prob: float = 0.1  # of the chosen: -> a random non-special token
+    targets: np.ndarray | None = None  # bool [vocab]: the only tokens that may be chosen
 
     def __post_init__(self) -> None:
         if self.max_predictions < 1:
@@ -52,6 +59,16 @@ class MaskingRecipe:
             raise InputPipelineError("masking: whole_word=True needs the continuation mask")
         if self.mask_token_prob + self.random_token_prob > 1.0:
             raise InputPipelineError("masking: mask_token_prob + random_token_prob > 1")
+        if self.targets is not None and np.shape(self.targets) != (self.vocab_size,):
+            raise InputPipelineError(f"masking: targets has shape {np.shape(self.targets)}, "
+                                     f"expected ({self.vocab_size},), one per vocabulary entry")
+
+    def maskable(self, input_ids: np.ndarray) -> np.ndarray:
+        """bool, shape of input_ids: the tokens masking may choose."""
+        maskable = ~np.isin(input_ids, self.special.never_masked)
+        if self.targets is not None:
+            maskable &= np.asarray(self.targets, bool)[input_ids]
+        return maskable
 
     @functools.cached_property
     def random_pool(self) -> np.ndarray:
@@ -89,7 +106,7 @@ class Masker(MaskingRecipe):
         positions = np.zeros((b, p), np.int32)
         ids = np.zeros((b, p), np.int32)
         weights = np.zeros((b, p), np.float32)
-        maskable = ~np.isin(input_ids, self.special.never_masked)
+        maskable = self.maskable(input_ids)
         pool = self.random_pool
         for i in range(b):
             chosen = self._choose(input_ids[i], np.flatnonzero(maskable[i]), rngs[i])
@@ -127,3 +144,18 @@ class Masker(MaskingRecipe):
             if total == k:
                 break
         return np.sort(np.concatenate(chosen)) if chosen else cand[:0]
+
+
+def target_mask(vocab: Sequence[str], pattern: str) -> np.ndarray:
+    """bool [vocab]: the entries (tokens in id order, e.g. tokenizer.vocab_list) that
+    match `pattern` in full; InputPipelineError if it is no regex or matches none."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as e:
+        raise InputPipelineError(f"masking: mask_targets={pattern!r} is not a regular "
+                                 f"expression: {e}") from None
+    marked = np.array([regex.fullmatch(token) is not None for token in vocab], bool)
+    if not marked.any():
+        raise InputPipelineError(f"masking: mask_targets={pattern!r} matches no token of "
+                                 f"the vocabulary ({len(vocab)} entries)")
+    return marked
