@@ -61,6 +61,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     data.max_predictions_per_seq = 20  # static number of MLM targets per sequence
     data.mask_prob = 0.15  # fraction of tokens predicted (80% [MASK], 10% random, 10% kept)
     data.whole_word_mask = False  # mask all WordPieces of a word together
+    # A regex: only tokens whose vocabulary entry matches it in full are masked (a
+    # synthetic task's answers, docs/SYNTHETIC.md); None: any token but the specials.
+    data.mask_targets = ml_collections.config_dict.placeholder(str)
+    data.mask_token_prob = 0.8  # of the masked tokens: -> [MASK] (BERT: 0.8)
+    data.random_token_prob = 0.1  # of the masked tokens: -> a random token (BERT: 0.1)
     # device: masking inside the jitted step (the host only gathers rows; keeps 8
     # accelerators fed) | host: numpy on the host, the reference (input_pipeline/masking.py)
     data.masking = "device"

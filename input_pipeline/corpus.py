@@ -10,6 +10,7 @@ corpora; the pipeline never calls it.
 Corpus spec strings (`parse_corpus_spec`):
   None or "stdlib"                 the standard library docstrings (offline, ~1.5 MB)
   "hf:NAME[:CONFIG[:SPLIT[:COLUMN]]]"  e.g. "hf:wikitext:wikitext-103-raw-v1:train"
+  "synthetic:TASK[:KEY=VALUE,...]"  a generated recall task (input_pipeline/synthetic.py)
   anything else                    comma-separated files, directories and globs
 """
 
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 
 from absl import logging
 
+from input_pipeline import synthetic
 from input_pipeline.documents import (
     DEFAULT_CHUNK_CHARS,
     DEFAULT_MAX_LINE_CHARS,
@@ -353,8 +355,9 @@ class StdlibDocstrings:
 def parse_corpus_spec(spec: str | Sequence[str] | None, max_chars: int | None = None,
                       text_column: str = "text") -> Corpus:
     """None / "stdlib" -> StdlibDocstrings; "hf:NAME[:CONFIG[:SPLIT[:COLUMN]]]" ->
-    HubDataset (COLUMN defaults to `text_column`); otherwise comma-separated files,
-    directories and globs -> TextFiles."""
+    HubDataset (COLUMN defaults to `text_column`); "synthetic:TASK[:KEY=VALUE,...]" ->
+    synthetic.SyntheticCorpus; otherwise comma-separated files, directories and globs ->
+    TextFiles."""
     if spec is None or (isinstance(spec, str) and spec.strip() in ("", "stdlib")):
         return StdlibDocstrings(max_chars=max_chars)
     if isinstance(spec, str) and spec.startswith("hf:"):
@@ -365,6 +368,8 @@ def parse_corpus_spec(spec: str | Sequence[str] | None, max_chars: int | None = 
         parts += [""] * (4 - len(parts))
         return HubDataset(parts[0], parts[1] or None, parts[2] or "train",
                           parts[3] or text_column, max_chars)
+    if isinstance(spec, str) and spec.startswith(synthetic.PREFIX):
+        return synthetic.parse_spec(spec)
     paths = tuple(split_spec(spec))
     if not paths:
         raise CorpusError(f"corpus: empty path list {spec!r}")

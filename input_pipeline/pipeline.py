@@ -32,13 +32,13 @@ import numpy as np
 from absl import logging
 from tokenizers import Tokenizer
 
-from input_pipeline import cache, corpus, packing
+from input_pipeline import cache, corpus, packing, synthetic
 from input_pipeline import tokenizer as tokenizer_lib
 from input_pipeline.batches import Batcher, EvalBatches
 from input_pipeline.documents import DEFAULT_CHUNK_CHARS
 from input_pipeline.errors import InputPipelineError, TokenizerError
 from input_pipeline.ingest import build_packed_entry
-from input_pipeline.masking import Masker
+from input_pipeline.masking import Masker, target_mask
 from input_pipeline.packing import PackedSplit
 from input_pipeline.tokenizer import SpecialIds
 
@@ -61,6 +61,9 @@ class PretrainingData:
     max_predictions: int = 20  # P, MLM targets per sequence
     mask_prob: float = 0.15
     whole_word: bool = False
+    mask_targets: str | None = None  # regex: only matching vocabulary entries are masked
+    mask_token_prob: float = 0.8  # of the masked: -> [MASK]
+    random_token_prob: float = 0.1  # of the masked: -> a random token
 
     @property
     def vocab_size(self) -> int:
@@ -76,18 +79,24 @@ class PretrainingData:
         """BERT masking for this vocabulary; arguments left None take the defaults above."""
         whole_word = self.whole_word if whole_word is None else whole_word
         continuation = tokenizer_lib.continuation_mask(self.tokenizer) if whole_word else None
+        targets = None if self.mask_targets is None else target_mask(
+            tokenizer_lib.vocab_list(self.tokenizer), self.mask_targets)
         return Masker(self.special, self.vocab_size,
                       self.max_predictions if max_predictions is None else max_predictions,
                       self.mask_prob if mask_prob is None else mask_prob,
-                      whole_word=whole_word, continuation=continuation)
+                      whole_word=whole_word, continuation=continuation,
+                      mask_token_prob=self.mask_token_prob,
+                      random_token_prob=self.random_token_prob, targets=targets)
 
     def device_masker(self) -> DeviceMasker:  # noqa: F821 - imported in the body
         """The same masking with the defaults above, run inside the jitted step."""
         # Imported here: the host pipeline (and its encode workers) stay free of JAX.
         from input_pipeline.device_masking import DeviceMasker
 
-        return DeviceMasker.for_tokenizer(self.tokenizer, self.max_predictions,
-                                          self.mask_prob, self.whole_word)
+        return DeviceMasker.for_tokenizer(
+            self.tokenizer, self.max_predictions, self.mask_prob, self.whole_word,
+            mask_targets=self.mask_targets, mask_token_prob=self.mask_token_prob,
+            random_token_prob=self.random_token_prob)
 
     def batcher(self, global_batch_size: int, *, seed: int, process_index: int = 0,
                 process_count: int = 1, masker: Masker | None = None,
@@ -165,14 +174,18 @@ def build_pretraining_data(
     max_predictions_per_seq: int = 20,
     mask_prob: float = 0.15,
     whole_word_mask: bool = False,
+    mask_targets: str | None = None,
+    mask_token_prob: float = 0.8,
+    random_token_prob: float = 0.1,
     chunk_chars: int = DEFAULT_CHUNK_CHARS,
     tokenizer_sample: float = 1.0,
     workers: int | None = None,
 ) -> PretrainingData:
     """Reads, tokenizes, splits and packs a corpus, or loads all of it from the cache.
 
-    corpus_spec: None/"stdlib", "hf:NAME[:CONFIG[:SPLIT[:COLUMN]]]", or comma-separated
-      files/directories/globs (see input_pipeline.corpus).
+    corpus_spec: None/"stdlib", "hf:NAME[:CONFIG[:SPLIT[:COLUMN]]]", "synthetic:TASK:..."
+      (a generated task with its own fixed vocabulary: no tokenizer is trained), or
+      comma-separated files/directories/globs (see input_pipeline.corpus).
     cache_dir: where tokenizers and packed arrays are kept (e.g. WORKDIR/data_cache, or a
       directory shared by runs on the same corpus).
     vocab_size, lowercase, min_frequency: for training a WordPiece vocabulary; ignored
@@ -183,7 +196,8 @@ def build_pretraining_data(
       for corpora with too few documents).
     max_chars: read only about this much text (quick runs, tests).
     text_column: the text column of a hub dataset (the spec's COLUMN field wins).
-    max_predictions_per_seq, mask_prob, whole_word_mask: masking defaults of the result.
+    max_predictions_per_seq, mask_prob, whole_word_mask, mask_targets, mask_token_prob,
+      random_token_prob: masking defaults of the result (input_pipeline.masking).
     chunk_chars: text streamed per step (memory vs. per-chunk overhead).
     tokenizer_sample: share of the corpus (in chunks, evenly spread) that trains the
       WordPiece vocabulary; 1.0 (all of it) is the classic recipe. The trainer costs as
@@ -199,11 +213,15 @@ def build_pretraining_data(
     cache_dir = Path(cache_dir)
     source = corpus.parse_corpus_spec(corpus_spec, max_chars=max_chars, text_column=text_column)
     corpus_id = source.identity()
+    if isinstance(source, synthetic.SyntheticCorpus):
+        source.check_fits(max_seq_length, pair)
 
     if tokenizer is not None:
         tok = tokenizer_lib.load_tokenizer(tokenizer, lowercase=lowercase)
         tok_dir = Path(tokenizer)
         tok_dir = tok_dir if tok_dir.is_dir() else tok_dir.parent
+    elif isinstance(source, synthetic.SyntheticCorpus):
+        tok, tok_dir = synthetic.fixed_tokenizer(source, cache_dir)
     elif vocab_size is None:
         raise InputPipelineError("data: vocab_size is needed to train a tokenizer "
                                  "(or pass an existing one as tokenizer=)")
@@ -233,8 +251,11 @@ def build_pretraining_data(
     splits, meta = loaded
     logging.info("data: %d train / %d eval sequences from %s (verified in %.1f s)",
                  len(splits["train"]), len(splits["eval"]), packed_dir, time.time() - t0)
+    if mask_targets is not None:  # a bad pattern fails here, before any training
+        target_mask(tokenizer_lib.vocab_list(tok), mask_targets)
     return PretrainingData(splits["train"], splits["eval"], tok, special, tok_dir, packed_dir,
-                           meta, max_predictions_per_seq, mask_prob, whole_word_mask)
+                           meta, max_predictions_per_seq, mask_prob, whole_word_mask,
+                           mask_targets, mask_token_prob, random_token_prob)
 
 
 # config.data field -> build_pretraining_data argument (configs/pretrain.py documents them).
@@ -246,6 +267,11 @@ CONFIG_FIELDS = {
     "max_predictions_per_seq": "max_predictions_per_seq", "mask_prob": "mask_prob",
     "whole_word_mask": "whole_word_mask", "eval_fraction": "eval_fraction",
     "cache_dir": "cache_dir",
+}
+# Fields added later, with the default a config block from before them means.
+OPTIONAL_CONFIG_FIELDS = {
+    "mask_targets": ("mask_targets", None), "mask_token_prob": ("mask_token_prob", 0.8),
+    "random_token_prob": ("random_token_prob", 0.1),
 }
 _MISSING = object()
 
@@ -264,6 +290,8 @@ def from_config(data_config: Any, workdir: str | os.PathLike) -> PretrainingData
             raise InputPipelineError(f"config: data.{field} is missing "
                                      "(see configs/pretrain.py)")
         args[arg] = value
+    for field, (arg, default) in OPTIONAL_CONFIG_FIELDS.items():
+        args[arg] = getattr(data_config, field, default)
     corpus_spec = args.pop("corpus_spec")
     cache_dir = args.pop("cache_dir") or Path(workdir) / "data_cache"
     return build_pretraining_data(corpus_spec, cache_dir, **args)

@@ -5,6 +5,7 @@ Self-contained: imports nothing from other test files."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 
@@ -14,9 +15,13 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from input_pipeline import tokenizer as tokenizer_lib  # noqa: E402
+from input_pipeline.corpus import parse_corpus_spec  # noqa: E402
 from input_pipeline.device_masking import DeviceMasker  # noqa: E402
-from input_pipeline.errors import InputPipelineError  # noqa: E402
+from input_pipeline.errors import CorpusError, InputPipelineError  # noqa: E402
 from input_pipeline.masking import Masker, target_mask  # noqa: E402
+from input_pipeline.pipeline import build_pretraining_data, from_config  # noqa: E402
+from input_pipeline.synthetic import ANSWER_PATTERN, SyntheticCorpus, oracle  # noqa: E402
 from input_pipeline.tokenizer import SpecialIds  # noqa: E402
 
 # -- the masking option ------------------------------------------------------------------
@@ -126,3 +131,164 @@ def test_without_targets_masking_is_bit_identical_to_before(where):
 def test_targets_must_cover_the_vocabulary():
     with pytest.raises(InputPipelineError, match="targets"):
         Masker(SPECIAL, len(VOCAB), SLOTS, targets=np.ones(5, bool))
+
+
+# -- the corpus --------------------------------------------------------------------------
+
+SMALL = "synthetic:{task}:pairs=6,keys=20,values=5,queries=3,n=2300,seed=7"
+
+
+@pytest.mark.parametrize("task", ["recall", "lookup"])
+def test_the_corpus_is_a_pure_function_of_its_spec(task):
+    corpus = parse_corpus_spec(SMALL.format(task=task))
+    again = parse_corpus_spec(SMALL.format(task=task))
+    text = [s for chunk in corpus.chunks(chunk_chars=5000) for s in chunk.sentences]
+    assert text == [s for chunk in again.chunks(chunk_chars=777) for s in chunk.sentences]
+    assert text == [" ".join(words) for words in corpus.sequences(0, corpus.n)]
+    assert len(text) == corpus.n == 2300
+    # one document per sequence, numbered in order, whatever the chunking
+    doc_ids = [d for chunk in corpus.chunks(chunk_chars=3000) for d in chunk.doc_ids]
+    assert doc_ids == list(range(corpus.n))
+    # any range (across the generator's blocks) is the same slice of the whole
+    whole = corpus.draw(0, corpus.n)
+    part = corpus.draw(950, 2100)
+    for key in whole:
+        np.testing.assert_array_equal(part[key], whole[key][950:2100])
+    assert corpus.sequences(999, 1001) == corpus.sequences(0, corpus.n)[999:1001]
+    other = parse_corpus_spec(SMALL.format(task=task).replace("seed=7", "seed=8"))
+    assert other.sequences(0, 50) != corpus.sequences(0, 50)
+
+
+@pytest.mark.parametrize("task", ["recall", "lookup"])
+def test_every_answer_is_recoverable_by_construction(task):
+    corpus = parse_corpus_spec(SMALL.format(task=task))
+    d = corpus.draw(0, corpus.n)
+    assert all(len(set(row)) == corpus.pairs for row in d["keys"])  # distinct keys
+    assert all(len(set(row)) == corpus.queries for row in d["queried"])  # distinct queries
+    solved = 0
+    positions = corpus.answer_positions() - 1  # without [CLS]
+    for words in corpus.sequences(0, corpus.n):
+        assert len(words) + 2 == corpus.sequence_length
+        answers = [words[p] for p in positions]
+        assert all(a.startswith("a") for a in answers)
+        hidden = [("[MASK]" if i in positions else w) for i, w in enumerate(words)]
+        solved += oracle(hidden) == answers
+    assert solved == corpus.n  # the numpy oracle solves 100%
+    # ...and the answers are not guessable from the queried key alone
+    keys_to_answers = {}
+    for words in corpus.sequences(0, 500):
+        for k, a in zip(words[positions[0] - 1::2], words[positions[0]::2], strict=True):
+            keys_to_answers.setdefault(k, set()).add(a)
+    assert max(len(a) for a in keys_to_answers.values()) == corpus.values
+
+
+def test_the_spec_round_trips_and_names_every_parameter():
+    corpus = parse_corpus_spec("synthetic:recall:pairs=6,queries=2")
+    assert corpus.describe() == ("synthetic:recall:pairs=6,keys=64,values=16,queries=2,"
+                                 "n=20000,seed=0")
+    assert parse_corpus_spec(corpus.describe()) == corpus
+    assert parse_corpus_spec("synthetic:recall:pairs=6:queries=2") == corpus  # ':' too
+    assert parse_corpus_spec(" synthetic:recall".strip()) == SyntheticCorpus()
+    assert parse_corpus_spec(corpus.describe()).identity() == corpus.identity()
+    identities = {corpus.identity()}
+    for change in ("task=lookup", "pairs=7", "keys=65", "values=15", "queries=3", "n=19999",
+                   "seed=1"):
+        name, value = change.split("=")
+        changed = dataclasses.replace(corpus, **{name: value if name == "task" else int(value)})
+        identities.add(changed.identity())
+    assert len(identities) == 8
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("synthetic:nope", "synthetic task 'nope' is unknown"),
+    ("synthetic:", "synthetic task '' is unknown"),
+    ("synthetic:recall:pairs", "'pairs' is not KEY=VALUE"),
+    ("synthetic:recall:pairs=x", "pairs='x' is not an integer"),
+    ("synthetic:recall:colour=1", "'colour=1' has an unknown KEY"),
+    ("synthetic:recall:n=1,n=2", "n given twice"),
+    ("synthetic:recall:pairs=0", "pairs=0 must be >= 1"),
+    ("synthetic:recall:seed=-1", "seed=-1 must be >= 0"),
+    ("synthetic:recall:pairs=20,keys=8", "keys=8 < pairs=20"),
+    ("synthetic:lookup:pairs=2,queries=3", "queries=3 > pairs=2"),
+])
+def test_a_bad_spec_is_one_corpus_error_line(spec, message):
+    with pytest.raises(CorpusError) as error:
+        parse_corpus_spec(spec)
+    text = str(error.value)
+    assert message in text and "\n" not in text and text.startswith("corpus: ")
+
+
+# -- through the pipeline and the maskers ------------------------------------------------
+
+MASKING = dict(mask_targets=ANSWER_PATTERN, mask_prob=1.0, mask_token_prob=1.0,
+               random_token_prob=0.0)
+
+
+@pytest.mark.parametrize("task", ["recall", "lookup"])
+def test_packed_rows_are_the_sequences_and_only_the_answers_are_masked(tmp_path, task):
+    spec = SMALL.format(task=task).replace("n=2300", "n=300")
+    corpus = parse_corpus_spec(spec)
+    length = corpus.sequence_length + 3  # some padding
+    data = build_pretraining_data(spec, tmp_path, max_seq_length=length, eval_fraction=0.1,
+                                  max_predictions_per_seq=corpus.queries, workers=1, **MASKING)
+    assert tokenizer_lib.vocab_list(data.tokenizer) == corpus.vocabulary()
+    assert data.meta["corpus"] == corpus.describe()
+    assert len(data.train) + len(data.eval) == corpus.n and len(data.eval) == 30
+    assert np.all(np.asarray(data.train.lengths) == corpus.sequence_length)
+    vocab = np.array(corpus.vocabulary(), object)
+    texts = {" ".join(words) for words in corpus.sequences(0, corpus.n)}
+    rows = np.asarray(data.eval.input_ids)
+    for row in rows:
+        words = vocab[row[1:corpus.sequence_length - 1]].tolist()
+        assert " ".join(words) in texts  # every row is one whole sequence
+    answers = corpus.answer_positions()
+
+    def check(batch, ids):
+        assert batch["masked_weights"].shape[1] == corpus.queries
+        for i in range(len(ids)):
+            np.testing.assert_array_equal(batch["masked_positions"][i], answers)
+            np.testing.assert_array_equal(batch["masked_ids"][i], ids[i, answers])
+            assert np.all(batch["input_ids"][i, answers] == data.special.mask)
+            keep = np.setdiff1d(np.arange(length), answers)
+            np.testing.assert_array_equal(batch["input_ids"][i, keep], ids[i, keep])
+            hidden = vocab[batch["input_ids"][i, 1:corpus.sequence_length - 1]].tolist()
+            assert oracle(hidden) == vocab[ids[i, answers]].tolist()
+
+    host = data.eval_batches(8, num_batches=2).batch(1)
+    check(host, rows[8:16])
+    device = data.eval_batches(8, num_batches=2, on_device=True).batch(1)
+    check(device_mask(data.device_masker(), device["input_ids"]), rows[8:16])
+
+    again = build_pretraining_data(spec, tmp_path, max_seq_length=length, eval_fraction=0.1,
+                                   workers=1)
+    assert again.packed_dir == data.packed_dir and again.tokenizer_dir == data.tokenizer_dir
+
+
+def test_the_pipeline_refuses_rows_that_cannot_hold_a_sequence(tmp_path):
+    spec = "synthetic:recall:pairs=6,queries=2,n=50"  # 2*6 + 2*2 + 3 = 19 tokens
+    with pytest.raises(InputPipelineError, match="max_seq_length >= 19"):
+        build_pretraining_data(spec, tmp_path, max_seq_length=18, eval_fraction=0.1)
+    with pytest.raises(InputPipelineError, match="sentence_pairs=False"):
+        build_pretraining_data(spec, tmp_path, max_seq_length=32, eval_fraction=0.1,
+                               pair=True)
+    with pytest.raises(InputPipelineError, match="matches no token"):
+        build_pretraining_data(spec, tmp_path, max_seq_length=19, eval_fraction=0.1,
+                               workers=1, mask_targets="b[0-9]+")
+
+
+def test_the_pretrain_config_carries_the_masking_option(tmp_path):
+    from configs import pretrain
+
+    config = pretrain.get_config("seq_len=19")
+    assert config.data.mask_targets is None  # default: BERT's masking
+    assert (config.data.mask_token_prob, config.data.random_token_prob) == (0.8, 0.1)
+    config.data.corpus = "synthetic:recall:pairs=6,queries=2,n=50"
+    config.data.max_predictions_per_seq = 2
+    config.data.update(MASKING)
+    data = from_config(config.data, tmp_path)
+    masker = data.masker()
+    assert (masker.mask_prob, masker.mask_token_prob, masker.random_token_prob) == (1, 1, 0)
+    vocab = tokenizer_lib.vocab_list(data.tokenizer)
+    assert np.flatnonzero(masker.targets).tolist() == [
+        i for i, token in enumerate(vocab) if token.startswith("a")]
+    assert data.device_masker().targets.tolist() == masker.targets.tolist()

@@ -253,7 +253,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
 
         masker = DeviceMasker.for_tokenizer(
             tokenizer, config.data.max_predictions_per_seq, config.data.mask_prob,
-            config.data.whole_word_mask)
+            config.data.whole_word_mask, mask_targets=config.data.mask_targets,
+            mask_token_prob=config.data.mask_token_prob,
+            random_token_prob=config.data.random_token_prob)
     compiled = compile_for_mesh(model, optimizer, schedule, config, mesh, rules, masker)
     abstract_state = compiled.abstract_state
     init_fn, train_step, eval_step = compiled.init_fn, compiled.train_step, compiled.eval_step
