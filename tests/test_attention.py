@@ -7,36 +7,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import init_params, random_batch, tiny_config
+from helpers import ATTENTION_VARIANTS, init_params, random_batch, tiny_model_config
 
 import attention
 from models import BertForMaskedLM
 
-VARIANTS = {
-    "multi_head": {},
-    "multi_head_large_key": {"key_size": 24},
-    "multi_head_fixed_head": {"key_size": 16, "value_size": 16},
-    "multi_head_fused": {"attention_impl": "fused", "key_size": 12},
-    "talking_heads": {"attention": "talking_heads"},
-    "talking_heads_hk_hv": {
-        "attention": "talking_heads", "key_size": 16,
-        "talking_heads": {"num_logit_heads": 6, "num_value_heads": 2},
-    },
-    "talking_heads_logits_only": {"attention": "talking_heads",
-                                  "talking_heads": {"projections": "logits"}},
-    "talking_heads_weights_only": {"attention": "talking_heads",
-                                   "talking_heads": {"projections": "weights"}},
-    "talking_heads_chunked": {"attention": "talking_heads",
-                              "talking_heads": {"impl": "chunked", "query_chunk_size": 5}},
-}
-
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", sorted(ATTENTION_VARIANTS))
 def test_variant_builds_runs_and_has_finite_gradients(variant, norm, rng):
-    overrides = dict(VARIANTS[variant])
+    overrides = dict(ATTENTION_VARIANTS[variant])
     fused = overrides.get("attention_impl") == "fused"
-    cfg = tiny_config(norm_placement=norm, dropout_rate=0.1,
+    cfg = tiny_model_config(norm_placement=norm, dropout_rate=0.1,
                       attention_dropout_rate=0.0 if fused else 0.1, **overrides)
     model = BertForMaskedLM(cfg)
     ids, types, mask = random_batch(rng, pad_from=9)
@@ -70,8 +52,8 @@ def run_attention(cfg, params, x, mask):
 
 
 def test_talking_heads_with_identity_projections_equals_multi_head(rng):
-    mh_cfg = tiny_config(key_size=12, value_size=6)
-    th_cfg = tiny_config(key_size=12, value_size=6, attention="talking_heads",
+    mh_cfg = tiny_model_config(key_size=12, value_size=6)
+    th_cfg = tiny_model_config(key_size=12, value_size=6, attention="talking_heads",
                          talking_heads={"init": "identity"})
     x = jax.random.normal(rng, (2, 10, 32))
     mask = jnp.ones((2, 10), bool).at[1, 7:].set(False)
@@ -86,7 +68,7 @@ def test_talking_heads_with_identity_projections_equals_multi_head(rng):
 
 
 def test_explicit_head_sizes_equal_default(rng):
-    default, explicit = tiny_config(), tiny_config(key_size=8, value_size=8)
+    default, explicit = tiny_model_config(), tiny_model_config(key_size=8, value_size=8)
     ids, types, mask = random_batch(rng, pad_from=8)
     params = init_params(BertForMaskedLM(default), ids, types, mask)
     a = BertForMaskedLM(default).apply({"params": params}, ids, types, mask)
@@ -96,7 +78,7 @@ def test_explicit_head_sizes_equal_default(rng):
 
 @pytest.mark.parametrize("key_size,value_size", [(8, 8), (12, 8), (8, 20)])
 def test_fused_path_equals_einsum_path(key_size, value_size, rng):
-    einsum = tiny_config(key_size=key_size, value_size=value_size, attention_impl="einsum")
+    einsum = tiny_model_config(key_size=key_size, value_size=value_size, attention_impl="einsum")
     fused = einsum.replace(attention_impl="fused")
     x = jax.random.normal(rng, (2, 9, 32))
     mask = jnp.ones((2, 9), bool).at[0, 5:].set(False)
@@ -114,7 +96,7 @@ def test_fused_path_equals_einsum_path(key_size, value_size, rng):
 
 @pytest.mark.parametrize("length,chunk", [(16, 4), (13, 5)])
 def test_chunked_talking_heads_equals_full_values_and_gradients(length, chunk, rng):
-    full = tiny_config(attention="talking_heads", key_size=12,
+    full = tiny_model_config(attention="talking_heads", key_size=12,
                        talking_heads={"num_logit_heads": 6, "num_value_heads": 3})
     chunked = full.replace(talking_heads=full.talking_heads.__class__(
         num_logit_heads=6, num_value_heads=3, impl="chunked", query_chunk_size=chunk))
@@ -151,7 +133,7 @@ def test_talking_heads_dropout_hits_the_mixed_weights(impl, noise, rng):
     identity on the G * V = D concatenated heads.
     """
     rate, length, heads = 0.5, 16, 4
-    cfg = tiny_config(attention="talking_heads", attention_dropout_rate=rate,
+    cfg = tiny_model_config(attention="talking_heads", attention_dropout_rate=rate,
                       hidden_size=heads * length, num_heads=heads, key_size=8,
                       value_size=length,
                       talking_heads={"impl": impl, "query_chunk_size": 4,
@@ -196,7 +178,7 @@ PADDING_CASES = {
 @pytest.mark.parametrize("case", sorted(PADDING_CASES))
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_appending_padding_leaves_real_positions_unchanged(case, norm, rng):
-    cfg = tiny_config(norm_placement=norm, **PADDING_CASES[case])
+    cfg = tiny_model_config(norm_placement=norm, **PADDING_CASES[case])
     model = BertForMaskedLM(cfg)
     ids, types, mask = random_batch(rng, length=8)
     params = init_params(model, ids, types, mask)
@@ -212,7 +194,7 @@ def test_appending_padding_leaves_real_positions_unchanged(case, norm, rng):
 
 
 def test_sparse_mlm_head_equals_dense_head_at_those_positions(rng):
-    cfg = tiny_config(attention="talking_heads")
+    cfg = tiny_model_config(attention="talking_heads")
     model = BertForMaskedLM(cfg)
     ids, types, mask = random_batch(rng)
     params = init_params(model, ids, types, mask)
@@ -224,7 +206,7 @@ def test_sparse_mlm_head_equals_dense_head_at_those_positions(rng):
 
 
 def test_mlm_head_is_tied_to_word_embeddings(rng):
-    cfg = tiny_config()
+    cfg = tiny_model_config()
     model = BertForMaskedLM(cfg)
     ids, types, mask = random_batch(rng)
     params = init_params(model, ids, types, mask)
@@ -241,7 +223,7 @@ def test_registry_lists_both_variants_and_rejects_unknown():
 
 
 def test_parameters_carry_logical_axes(rng):
-    cfg = tiny_config(attention="talking_heads")
+    cfg = tiny_model_config(attention="talking_heads")
     ids, types, mask = random_batch(rng)
     boxed = BertForMaskedLM(cfg).init(jax.random.key(0), ids, types, mask)["params"]
     specs = nn.get_partition_spec(boxed)
@@ -260,7 +242,7 @@ def test_parameters_carry_logical_axes(rng):
 
 @pytest.mark.parametrize("remat", ["full", "dots"])
 def test_rematerialisation_gives_the_same_gradients(remat, rng):
-    cfg = tiny_config(attention="talking_heads")
+    cfg = tiny_model_config(attention="talking_heads")
     ids, types, mask = random_batch(rng, pad_from=9)
     params = init_params(BertForMaskedLM(cfg), ids, types, mask)
 
@@ -277,7 +259,7 @@ def test_rematerialisation_gives_the_same_gradients(remat, rng):
 
 @pytest.mark.parametrize("attention", ["multi_head", "talking_heads"])
 def test_bfloat16_compute_keeps_fp32_params_softmax_and_logits(attention, rng):
-    cfg = tiny_config(attention=attention, dtype="bfloat16")
+    cfg = tiny_model_config(attention=attention, dtype="bfloat16")
     model = BertForMaskedLM(cfg)
     ids, types, mask = random_batch(rng, pad_from=9)
     params = init_params(model, ids, types, mask)

@@ -1,6 +1,6 @@
-"""Bad input: one clear error naming the file or field, a non-zero exit, nothing
-half-written that looks complete. (GLUE TSV cases: tests/test_glue_data.py;
-model-config cases: tests/test_configs.py; corpus decoding: test_input_pipeline.py.)"""
+"""Bad input to pretraining: one clear error naming the file or field, a non-zero exit,
+nothing half-written that looks complete. (GLUE TSV cases: test_glue_readers.py;
+model-config cases: test_configs.py; corpus decoding: test_input_pipeline.py.)"""
 
 from __future__ import annotations
 
@@ -9,15 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from test_train import REPO, tiny_args, tiny_config, write_corpus
+from helpers import REPO, tiny_run_args, tiny_run_config
 
 from training.pretrain import TrainingError, train_and_evaluate
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("corpus")
-    return write_corpus(str(directory)), str(directory / "cache")
 
 
 def empty_dir(tmp_path):
@@ -58,9 +52,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_pretraining_input_is_one_clear_error(case, corpus, tmp_path):
+def test_bad_pretraining_input_is_one_clear_error(case, run_corpus, tmp_path):
     change, message = CASES[case]
-    config = tiny_config(*corpus, steps=4)
+    config = tiny_run_config(*run_corpus, steps=4)
     change(config, tmp_path)
     workdir = tmp_path / "run"
     with pytest.raises(ValueError) as info:
@@ -71,10 +65,10 @@ def test_bad_pretraining_input_is_one_clear_error(case, corpus, tmp_path):
     assert not (workdir / "final_metrics.json").exists()
 
 
-def test_workdir_with_another_architecture_is_refused(corpus, tmp_path):
+def test_workdir_with_another_architecture_is_refused(run_corpus, tmp_path):
     workdir = str(tmp_path / "run")
-    train_and_evaluate(tiny_config(*corpus, steps=2), workdir)
-    config = tiny_config(*corpus, steps=4)
+    train_and_evaluate(tiny_run_config(*run_corpus, steps=2), workdir)
+    config = tiny_run_config(*run_corpus, steps=4)
     config.model.mlp_dim = 128
     with pytest.raises(TrainingError, match=r"different architecture \(model.mlp_dim: "
                                             r"checkpoint 64, config 128\)"):
@@ -121,10 +115,10 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(mount)], check=False)
 
 
-def test_a_full_disk_is_one_error_line(corpus, small_disk):
-    text, cache = corpus
+def test_a_full_disk_is_one_error_line(run_corpus, small_disk):
+    text, cache = run_corpus
     command = [sys.executable, "train.py", "--config", "configs/pretrain.py:size=micro",
-               "--workdir", os.path.join(small_disk, "run"), *tiny_args(text, cache, steps=10),
+               "--workdir", os.path.join(small_disk, "run"), *tiny_run_args(text, cache, steps=10),
                "--config.model.hidden_size=128", "--config.model.mlp_dim=512"]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1

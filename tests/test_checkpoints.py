@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_train import tiny_config, write_corpus
+from helpers import tiny_run_config, write_run_corpus
 
 from training.checkpoints import CHECKSUMS, Checkpointer, CheckpointError
 from training.pretrain import train_and_evaluate
@@ -88,14 +88,14 @@ def test_an_intact_checkpoint_that_does_not_fit_is_refused_not_moved(tmp_path):
 
 
 def test_a_run_continues_past_its_damaged_latest_checkpoint(tmp_path):
-    corpus = write_corpus(str(tmp_path))
+    corpus = write_run_corpus(str(tmp_path))
     workdir = str(tmp_path / "run")
-    config = tiny_config(corpus, str(tmp_path / "cache"), steps=20)
+    config = tiny_run_config(corpus, str(tmp_path / "cache"), steps=20)
     train_and_evaluate(config, workdir)
     for path in data_files(os.path.join(workdir, "checkpoints", "20")):
         with open(path, "wb") as f:
             f.write(b"\0garbage")
     # Longer run: restores step 10, trains through step 20 again and saves it.
-    train_and_evaluate(tiny_config(corpus, str(tmp_path / "cache"), steps=30), workdir)
+    train_and_evaluate(tiny_run_config(corpus, str(tmp_path / "cache"), steps=30), workdir)
     assert Checkpointer(os.path.join(workdir, "checkpoints")).latest_step() == 30
     assert len(glob.glob(os.path.join(workdir, "checkpoints-damaged", "20-*"))) == 1

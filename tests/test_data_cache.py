@@ -16,31 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ENGLISH_SENTENCES, REPO, write_one_file_corpus
 
 import input_pipeline as ip
 from input_pipeline import cache
-
-REPO = Path(__file__).resolve().parents[1]
-
-SENTENCES = [
-    "The quick brown fox jumps over the lazy dog.",
-    "A journey of a thousand miles begins with a single step.",
-    "All that glitters is not gold, and not all those who wander are lost.",
-    "The function returns a list of the items in the order they were added.",
-    "It was the best of times, it was the worst of times.",
-    "Call me Ishmael. Some years ago I went to sea to see the watery part of the world.",
-]
-
-
-def write_corpus(directory: Path, num_docs: int = 40, seed: int = 0) -> Path:
-    """One BERT-format file: a sentence per line, a blank line between documents."""
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    docs = ["\n".join(SENTENCES[int(i)] for i in rng.integers(0, len(SENTENCES), 6))
-            for _ in range(num_docs)]
-    path = directory / "corpus.txt"
-    path.write_text("\n\n".join(docs) + "\n")
-    return path
 
 
 def build(corpus: Path, cache_dir: Path, **kwargs) -> ip.PretrainingData:
@@ -84,7 +63,7 @@ def messages(caplog) -> list[str]:
 
 
 def test_corrupted_token_ids_are_detected_set_aside_and_rebuilt(tmp_path, caplog):
-    corpus = write_corpus(tmp_path / "c")
+    corpus = write_one_file_corpus(tmp_path / "c")
     data = build(corpus, tmp_path / "cache")
     good = arrays(data)
     target = array_files(data.packed_dir)[-1]  # train input ids
@@ -105,7 +84,7 @@ def test_corrupted_token_ids_are_detected_set_aside_and_rebuilt(tmp_path, caplog
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "missing"])
 def test_damaged_meta_json_is_rebuilt_with_a_warning_naming_it(tmp_path, caplog, damage):
-    corpus = write_corpus(tmp_path / "c")
+    corpus = write_one_file_corpus(tmp_path / "c")
     data = build(corpus, tmp_path / "cache")
     good = arrays(data)
     meta = data.packed_dir / "meta.json"
@@ -126,7 +105,7 @@ def test_damaged_meta_json_is_rebuilt_with_a_warning_naming_it(tmp_path, caplog,
 
 
 def test_truncated_array_file_is_rebuilt(tmp_path, caplog):
-    corpus = write_corpus(tmp_path / "c")
+    corpus = write_one_file_corpus(tmp_path / "c")
     data = build(corpus, tmp_path / "cache")
     good = arrays(data)
     target = array_files(data.packed_dir)[0]
@@ -150,7 +129,7 @@ def run_python(code: str, cwd: Path, timeout: float = 120) -> subprocess.Complet
 
 
 def test_unreadable_corpus_file_is_one_error_naming_it(tmp_path, monkeypatch):
-    corpus = write_corpus(tmp_path / "c")
+    corpus = write_one_file_corpus(tmp_path / "c")
     (tmp_path / "c" / "zz_locked.txt").write_text("More text here.\n")
     real_open = open
 
@@ -169,8 +148,8 @@ def test_unreadable_corpus_file_is_one_error_naming_it(tmp_path, monkeypatch):
 
 def test_full_disk_during_cache_write_is_one_error_and_nothing_complete(tmp_path):
     """RLIMIT_FSIZE makes the kernel refuse writes past a size, as a full disk does."""
-    corpus = write_corpus(tmp_path / "c", num_docs=400)
-    ip.train_tokenizer(SENTENCES * 3, 200, tmp_path / "tok")
+    corpus = write_one_file_corpus(tmp_path / "c", num_docs=400)
+    ip.train_tokenizer(ENGLISH_SENTENCES * 3, 200, tmp_path / "tok")
     result = run_python(f"""
         import resource, signal
         import input_pipeline as ip
@@ -192,9 +171,9 @@ def test_full_disk_during_cache_write_is_one_error_and_nothing_complete(tmp_path
 
 def test_build_killed_mid_write_restarts_cleanly(tmp_path):
     """SIGKILL while the cache is being written, then an ordinary rebuild."""
-    corpus = write_corpus(tmp_path / "c", num_docs=400)
+    corpus = write_one_file_corpus(tmp_path / "c", num_docs=400)
     tok_dir = tmp_path / "tok"
-    ip.train_tokenizer(SENTENCES * 3, 200, tok_dir)
+    ip.train_tokenizer(ENGLISH_SENTENCES * 3, 200, tok_dir)
     kwargs = dict(tokenizer=tok_dir, max_seq_length=32, eval_fraction=0.1)
     reference = arrays(ip.build_pretraining_data(str(corpus), tmp_path / "ref", **kwargs))
     result = run_python(f"""
@@ -223,7 +202,7 @@ def test_build_killed_mid_write_restarts_cleanly(tmp_path):
 
 
 def test_two_processes_building_the_same_cache(tmp_path):
-    corpus = write_corpus(tmp_path / "c", num_docs=300)
+    corpus = write_one_file_corpus(tmp_path / "c", num_docs=300)
     code = f"""
         import json, sys
         import numpy as np

@@ -1,4 +1,6 @@
-"""GLUE fine-tuning end to end through eval_glue's entry function."""
+"""GLUE fine-tuning end to end (eval_glue.py, training/finetune.py) from a tiny pretrained
+run: accuracy, results and submission files, skipping finished runs, resume after
+preemption, refused setups, 8 devices against one."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from test_train import tiny_config, write_corpus
+from helpers import SST2_FILLER, SST2_POSITIVE, tiny_run_config, write_run_corpus, write_sst2
 
 from configs import glue as glue_configs
 from models.hf_import import CheckpointError
@@ -15,34 +17,13 @@ from training import finetune
 from training.cli import Stopped
 from training.pretrain import train_and_evaluate
 
-POSITIVE = ["good", "great", "lovely", "fine", "happy"]
-NEGATIVE = ["bad", "awful", "sad", "poor", "ugly"]
-FILLER = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "in", "park", "old", "man"]
-
-
-def write_sst2(directory: str, rng: np.random.Generator) -> None:
-    """SST-2 layout: a sentiment word decides the label; the filler is noise."""
-    os.makedirs(directory, exist_ok=True)
-    for split, size in (("train", 400), ("dev", 100), ("test", 20)):
-        lines = ["index\tsentence" if split == "test" else "sentence\tlabel"]
-        for i in range(size):
-            label = int(rng.integers(2))
-            words = list(rng.choice(FILLER, size=6))
-            words.insert(int(rng.integers(7)), rng.choice(POSITIVE if label else NEGATIVE))
-            text = " ".join(words)
-            lines.append(f"{i}\t{text}" if split == "test" else f"{text}\t{label}")
-        with open(os.path.join(directory, f"{split}.tsv"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-
 
 @pytest.fixture(scope="module")
 def pretrained_workdir(tmp_path_factory):
     root = tmp_path_factory.mktemp("pretrain")
-    corpus = write_corpus(str(root))
-    with open(corpus, "a") as f:  # the task's words, so the tokenizer knows them
-        f.write("\n\n" + "\n".join(" ".join(POSITIVE + NEGATIVE + FILLER) for _ in range(50)))
+    corpus = write_run_corpus(str(root), sst2_words=True)  # the tokenizer knows the task
     workdir = str(root / "run")
-    train_and_evaluate(tiny_config(corpus, str(root / "cache"), steps=10), workdir)
+    train_and_evaluate(tiny_run_config(corpus, str(root / "cache"), steps=10), workdir)
     return workdir
 
 
@@ -191,10 +172,10 @@ def write_stsb(directory: str, rng: np.random.Generator) -> None:
     for split, size in (("train", 320), ("dev", 64), ("test", 24)):
         lines = [header + ("" if split == "test" else "\tscore")]
         for i in range(size):
-            words = [list(rng.choice(FILLER, size=4)) for _ in range(2)]
+            words = [list(rng.choice(SST2_FILLER, size=4)) for _ in range(2)]
             positives = int(rng.integers(0, 3))
             for _ in range(positives):
-                words[int(rng.integers(2))].append(str(rng.choice(POSITIVE)))
+                words[int(rng.integers(2))].append(str(rng.choice(SST2_POSITIVE)))
             row = f"{i}\tmain\tx\t2012\t{i:04d}\tnone\tnone\t{' '.join(words[0])}\t" \
                   f"{' '.join(words[1])}"
             lines.append(row if split == "test" else f"{row}\t{2.5 * positives:.3f}")

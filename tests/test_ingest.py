@@ -15,26 +15,18 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers import ENGLISH_SENTENCES
 
 import input_pipeline as ip
 from input_pipeline import ingest, packing
 from input_pipeline.encoding import SentenceEncoder
 from input_pipeline.tokenizer import SpecialIds
 
-SENTENCES = [
-    "The quick brown fox jumps over the lazy dog.",
-    "A journey of a thousand miles begins with a single step.",
-    "All that glitters is not gold, and not all those who wander are lost.",
-    "The function returns a list of the items in the order they were added.",
-    "It was the best of times, it was the worst of times.",
-    "Call me Ishmael. Some years ago I went to sea to see the watery part of the world.",
-]
-
 
 def sentence_lines(n: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
-    return [SENTENCES[int(i)] + f" Line {k}." for k, i in
-            enumerate(rng.integers(0, len(SENTENCES), n))]
+    return [ENGLISH_SENTENCES[int(i)] + f" Line {k}." for k, i in
+            enumerate(rng.integers(0, len(ENGLISH_SENTENCES), n))]
 
 
 def messages(caplog) -> list[str]:
@@ -208,17 +200,17 @@ TRICKY = [
 
 
 def test_sentence_encoder_equals_the_tokenizer():
-    tok = ip.train_tokenizer(SENTENCES * 5 + TRICKY * 5, 300)
+    tok = ip.train_tokenizer(ENGLISH_SENTENCES * 5 + TRICKY * 5, 300)
     encoder = SentenceEncoder(tok)
     assert encoder.word_level
-    reference = ip.tokenize_documents(tok, [TRICKY, SENTENCES])
-    ids, lengths = encoder(TRICKY + SENTENCES)
+    reference = ip.tokenize_documents(tok, [TRICKY, ENGLISH_SENTENCES])
+    ids, lengths = encoder(TRICKY + ENGLISH_SENTENCES)
     np.testing.assert_array_equal(ids, reference.tokens)
     np.testing.assert_array_equal(lengths, np.diff(reference.sentence_starts))
     # Again from the cache only, and after the cache was reset for its size.
     small = SentenceEncoder(tok, max_cached_words=20)
     for _ in range(2):
-        ids, _ = small(TRICKY + SENTENCES)
+        ids, _ = small(TRICKY + ENGLISH_SENTENCES)
         np.testing.assert_array_equal(ids, reference.tokens)
     assert not tok.encode_special_tokens  # the caller's tokenizer is left as it was
 
@@ -230,12 +222,12 @@ def test_sentence_encoder_falls_back_for_tokenizers_that_join_across_spaces():
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(SENTENCES * 5, trainers.BpeTrainer(
+    tok.train_from_iterator(ENGLISH_SENTENCES * 5, trainers.BpeTrainer(
         vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
     encoder = SentenceEncoder(tok)
     assert not encoder.word_level
-    ids, lengths = encoder(SENTENCES)
-    expected = [e.ids for e in tok.encode_batch(SENTENCES, add_special_tokens=False)]
+    ids, lengths = encoder(ENGLISH_SENTENCES)
+    expected = [e.ids for e in tok.encode_batch(ENGLISH_SENTENCES, add_special_tokens=False)]
     assert ids.tolist() == [i for e in expected for i in e]
     assert lengths.tolist() == [len(e) for e in expected]
 
@@ -311,7 +303,7 @@ def test_worker_processes_give_the_same_cache(tmp_path, monkeypatch):
     (tmp_path / "c.txt").write_text("\n\n".join("\n".join(sentence_lines(8, seed=d))
                                                 for d in range(150)))
     tok_dir = tmp_path / "tok"
-    ip.train_tokenizer(SENTENCES * 5, 300, tok_dir)
+    ip.train_tokenizer(ENGLISH_SENTENCES * 5, 300, tok_dir)
     started = []
     real = ingest._Workers.__init__
 

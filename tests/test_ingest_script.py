@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 import input_pipeline as ip
 from configs import pretrain
 from input_pipeline import ingest
 
-REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "prepare_data.py"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ENGLISH_SENTENCES, write_multi_file_corpus
 
 import input_pipeline as ip
 from input_pipeline import cache, corpus, ingest, packing, pipeline
@@ -23,32 +24,6 @@ from input_pipeline.tokenizer import SpecialIds, TokenizedDocs
 
 SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 VOCAB = 1000
-
-ENGLISH = [
-    "The quick brown fox jumps over the lazy dog.",
-    "A journey of a thousand miles begins with a single step.",
-    "All that glitters is not gold, and not all those who wander are lost.",
-    "The function returns a list of the items in the order they were added.",
-    "It was the best of times, it was the worst of times.",
-    "Call me Ishmael. Some years ago I went to sea to see the watery part of the world.",
-]
-
-
-def write_corpus(directory: Path, num_files: int = 3, docs_per_file: int = 4) -> list[Path]:
-    """Small BERT-format files: one sentence per line, blank line between documents."""
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    paths = []
-    for f in range(num_files):
-        docs = []
-        for _ in range(docs_per_file):
-            n = int(rng.integers(2, 9))
-            docs.append("\n".join(ENGLISH[int(i)] for i in rng.integers(0, len(ENGLISH), n)))
-        path = directory / f"part{f}.txt"
-        path.write_text("\n\n".join(docs) + "\n")
-        paths.append(path)
-    return paths
-
 
 # ------------------------------------------------------------------------------------
 # Corpus
@@ -129,7 +104,7 @@ def test_huge_line_is_split_not_dropped(tmp_path):
 
 
 def test_directories_globs_and_order(tmp_path):
-    paths = write_corpus(tmp_path / "c")
+    paths = write_multi_file_corpus(tmp_path / "c")
     (tmp_path / "c" / ".hidden").write_text("secret\n")
     files = ip.TextFiles((str(tmp_path / "c"),)).files
     assert files == sorted(p.resolve() for p in paths)
@@ -223,7 +198,7 @@ def test_load_google_style_vocab_and_errors(tmp_path):
 
 
 def test_text_spelling_special_tokens_stays_text(tmp_path):
-    tok = ip.train_tokenizer(ENGLISH * 3, 200, lowercase=True)
+    tok = ip.train_tokenizer(ENGLISH_SENTENCES * 3, 200, lowercase=True)
     docs = ip.tokenize_documents(tok, [["the [MASK] and [SEP] tokens"]])
     assert not np.isin(docs.tokens, list(SpecialIds.from_tokenizer(tok).all[2:])).any()
 
@@ -313,7 +288,7 @@ def test_eval_split_is_deterministic_and_disjoint():
 
 
 def test_build_packs_all_corpus_tokens_and_caches(tmp_path, monkeypatch):
-    write_corpus(tmp_path / "c", num_files=3, docs_per_file=6)
+    write_multi_file_corpus(tmp_path / "c", num_files=3, docs_per_file=6)
     spec = str(tmp_path / "c" / "*.txt")
     kwargs = dict(vocab_size=300, max_seq_length=32, eval_fraction=0.2, pair=True)
     data = ip.build_pretraining_data(spec, tmp_path / "cache", **kwargs)
@@ -366,7 +341,7 @@ def test_build_packs_all_corpus_tokens_and_caches(tmp_path, monkeypatch):
 
 
 def test_failed_cache_write_leaves_nothing_complete(tmp_path, monkeypatch):
-    write_corpus(tmp_path / "c")
+    write_multi_file_corpus(tmp_path / "c")
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # as if the run were interrupted while writing
@@ -380,8 +355,8 @@ def test_failed_cache_write_leaves_nothing_complete(tmp_path, monkeypatch):
 
 
 def test_load_tokenizer_instead_of_training(tmp_path):
-    write_corpus(tmp_path / "c")
-    tok = ip.train_tokenizer(ENGLISH * 2, 150, tmp_path / "tok")
+    write_multi_file_corpus(tmp_path / "c")
+    tok = ip.train_tokenizer(ENGLISH_SENTENCES * 2, 150, tmp_path / "tok")
     data = ip.build_pretraining_data(str(tmp_path / "c"), tmp_path / "cache",
                                      tokenizer=tmp_path / "tok", max_seq_length=16,
                                      eval_fraction=0.1)
@@ -560,7 +535,7 @@ def test_eval_batches_fixed_masks_and_padding():
 
 
 def test_end_to_end_batches_from_files(tmp_path):
-    write_corpus(tmp_path / "c")
+    write_multi_file_corpus(tmp_path / "c")
     data = ip.build_pretraining_data(f"{tmp_path}/c", tmp_path / "cache", vocab_size=200,
                                      max_seq_length=24, eval_fraction=0.25,
                                      max_predictions_per_seq=4, whole_word_mask=True)
@@ -583,7 +558,7 @@ def test_end_to_end_batches_from_files(tmp_path):
 def test_from_config_reads_the_data_block(tmp_path):
     from types import SimpleNamespace
 
-    write_corpus(tmp_path / "c")
+    write_multi_file_corpus(tmp_path / "c")
     cfg = SimpleNamespace(corpus=str(tmp_path / "c"), text_column="text",
                           max_corpus_chars=None, tokenizer=None, vocab_size=150,
                           lowercase=True, max_seq_length=20, sentence_pairs=True,

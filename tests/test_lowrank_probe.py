@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import tiny_config
+from helpers import REPO, tiny_model_config
 
 from attention.multi_head import MultiHeadAttention
 from attention.talking_heads import TalkingHeadsAttention
@@ -24,7 +24,6 @@ from scripts import lowrank_probe as probe
 
 N_TOKENS = 6
 WIDTH = 2 * N_TOKENS
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def module_weights(module_cls, cfg, x, wq, wk, mix=None) -> np.ndarray:
@@ -61,14 +60,14 @@ def test_probe_logits_agree_with_the_attention_modules(talking):
     x = rng.normal(size=(N_TOKENS, WIDTH))
     if talking:  # 3 logit heads mixed into 2 softmax heads (P_l only), as in the reference
         logit_heads, heads = 3, 2
-        cfg = tiny_config(hidden_size=WIDTH, num_heads=heads, key_size=key_size,
+        cfg = tiny_model_config(hidden_size=WIDTH, num_heads=heads, key_size=key_size,
                           value_size=N_TOKENS, attention="talking_heads",
                           talking_heads=dict(num_logit_heads=logit_heads, projections="logits"))
         mix = rng.normal(size=(logit_heads, heads))
         module = TalkingHeadsAttention
     else:
         logit_heads = heads = 2
-        cfg = tiny_config(hidden_size=WIDTH, num_heads=heads, key_size=key_size,
+        cfg = tiny_model_config(hidden_size=WIDTH, num_heads=heads, key_size=key_size,
                           value_size=N_TOKENS)
         mix, module = None, MultiHeadAttention
     wq, wk = (0.5 * rng.normal(size=(WIDTH, logit_heads, key_size)) for _ in range(2))

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import tiny_config
+from helpers import tiny_model_config
 
 from attention.multi_head import MultiHeadAttention
 
@@ -55,7 +55,7 @@ def head_params(x_width: int, wq: np.ndarray, wk: np.ndarray, x: np.ndarray) -> 
 
 def attention_weights(x: np.ndarray, wq: np.ndarray, wk: np.ndarray) -> np.ndarray:
     n, d = x.shape
-    cfg = tiny_config(hidden_size=d, num_heads=1, key_size=wq.shape[1], value_size=n)
+    cfg = tiny_model_config(hidden_size=d, num_heads=1, key_size=wq.shape[1], value_size=n)
     params = jax.tree.map(jnp.asarray, head_params(d, wq, wk, x))
     out = MultiHeadAttention(cfg).apply(
         {"params": params}, jnp.asarray(x)[None], jnp.ones((1, n), bool), True)

@@ -13,7 +13,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from test_train import REPO, final_params, tiny_args, tiny_config, write_corpus
+from helpers import REPO, final_params, tiny_run_args, tiny_run_config, write_run_corpus
 
 from training.pretrain import train_and_evaluate
 
@@ -56,10 +56,10 @@ def losses(workdir: str) -> dict[int, float]:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("mp")
-    text = write_corpus(str(root))
+    text = write_run_corpus(str(root))
     cache = str(root / "cache")
     extra = dict(log_every_steps=1, checkpoint_every_steps=HALF, eval_every_steps=STEPS)
-    config = tiny_config(text, cache, steps=STEPS, **extra)
+    config = tiny_run_config(text, cache, steps=STEPS, **extra)
     reference = str(root / "one_process")
     train_and_evaluate(config, reference)  # 8 devices in this process (conftest)
     return text, cache, extra, reference, root
@@ -67,7 +67,7 @@ def setup(tmp_path_factory):
 
 def test_two_processes_equal_one_and_checkpoints_cross_layouts(setup):
     text, cache, extra, reference, root = setup
-    args = tiny_args(text, cache, steps=STEPS, **extra)
+    args = tiny_run_args(text, cache, steps=STEPS, **extra)
 
     # Two processes for the first half, then one process finishes the run.
     split_a = str(root / "two_then_one")
@@ -78,12 +78,12 @@ def test_two_processes_equal_one_and_checkpoints_cross_layouts(setup):
     assert sorted(two_losses) == list(range(1, HALF + 1))
     np.testing.assert_allclose([two_losses[s] for s in range(1, HALF + 1)],
                                [ref_losses[s] for s in range(1, HALF + 1)], rtol=1e-5)
-    train_and_evaluate(tiny_config(text, cache, steps=STEPS, **extra), split_a)
+    train_and_evaluate(tiny_run_config(text, cache, steps=STEPS, **extra), split_a)
 
     # One process for the first half, then two processes finish it.
     split_b = str(root / "one_then_two")
-    train_and_evaluate(tiny_config(text, cache, steps=STEPS, stop_after_steps=HALF, **extra),
-                       split_b)
+    train_and_evaluate(tiny_run_config(text, cache, steps=STEPS, stop_after_steps=HALF,
+                                       **extra), split_b)
     outputs = two_processes(split_b, args)
     assert f"at step {HALF}" in outputs[0]
     late = losses(split_b)

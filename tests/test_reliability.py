@@ -1,4 +1,6 @@
-"""Runs that die: SIGTERM, kill -9, corrupt checkpoints, non-finite losses, bad input."""
+"""Pretraining runs that die or diverge: SIGTERM and kill -9 then a rerun resume to
+bit-identical parameters (the resume test), non-finite losses stop or are skipped.
+(Damaged checkpoints: test_checkpoints.py; bad input: test_bad_input.py.)"""
 
 from __future__ import annotations
 
@@ -11,19 +13,13 @@ import time
 import jax
 import numpy as np
 import pytest
-from test_train import REPO, final_params, tiny_args, tiny_config, write_corpus
+from helpers import REPO, final_params, tiny_run_args, tiny_run_config
 
 from training.checkpoints import Checkpointer
 from training.cli import EXIT_STOPPED
 from training.pretrain import TrainingError, train_and_evaluate
 
 STEPS = 24
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("corpus")
-    return write_corpus(str(directory)), str(directory / "cache")
 
 
 def train_py(workdir: str, args: list[str]) -> subprocess.Popen:
@@ -55,16 +51,16 @@ def wait_for_line(proc: subprocess.Popen, prefix: str, timeout: float = 300) -> 
 
 
 @pytest.fixture(scope="module")
-def straight(corpus, tmp_path_factory):
+def straight(run_corpus, tmp_path_factory):
     """Final params of an uninterrupted run, in a fresh process like the others."""
-    text, cache = corpus
+    text, cache = run_corpus
     workdir = str(tmp_path_factory.mktemp("straight"))
     run_to_end(workdir, args(text, cache))
     return final_params(workdir)
 
 
 def args(text: str, cache: str) -> list[str]:
-    return tiny_args(text, cache, steps=STEPS, log_every_steps=1, checkpoint_every_steps=5,
+    return tiny_run_args(text, cache, steps=STEPS, log_every_steps=1, checkpoint_every_steps=5,
                      eval_every_steps=STEPS)
 
 
@@ -73,9 +69,9 @@ def assert_same_params(a, b) -> None:
     jax.tree.map(lambda x, y: np.testing.assert_array_equal(x, y), a[1], b[1])
 
 
-def test_sigterm_saves_the_current_step_and_a_rerun_continues(corpus, straight, tmp_path):
+def test_sigterm_saves_the_current_step_and_a_rerun_continues(run_corpus, straight, tmp_path):
     """Also the resume test: a new process continues to bit-identical final params."""
-    text, cache = corpus
+    text, cache = run_corpus
     workdir = str(tmp_path / "run")
     proc = train_py(workdir, args(text, cache))
     wait_for_line(proc, "step 7/")
@@ -92,8 +88,8 @@ def test_sigterm_saves_the_current_step_and_a_rerun_continues(corpus, straight, 
     assert_same_params(final_params(workdir), straight)
 
 
-def test_kill_9_resumes_from_the_last_complete_checkpoint(corpus, straight, tmp_path):
-    text, cache = corpus
+def test_kill_9_resumes_from_the_last_complete_checkpoint(run_corpus, straight, tmp_path):
+    text, cache = run_corpus
     workdir = str(tmp_path / "run")
     proc = train_py(workdir, args(text, cache))
     wait_for_line(proc, "step 12/")
@@ -104,11 +100,11 @@ def test_kill_9_resumes_from_the_last_complete_checkpoint(corpus, straight, tmp_
     assert_same_params(final_params(workdir), straight)
 
 
-def test_non_finite_loss_stops_naming_the_step_and_is_not_checkpointed(corpus, tmp_path):
-    text, cache = corpus
+def test_non_finite_loss_stops_naming_the_step_and_is_not_checkpointed(run_corpus, tmp_path):
+    text, cache = run_corpus
     workdir = str(tmp_path / "run")
     # An absurd learning rate drives the parameters to inf within a few steps.
-    config = tiny_config(text, cache, steps=30, checkpoint_every_steps=1)
+    config = tiny_run_config(text, cache, steps=30, checkpoint_every_steps=1)
     config.optimizer.learning_rate = 1e30
     config.optimizer.grad_clip_norm = 0.0
     with pytest.raises(TrainingError, match=r"non-finite loss or gradient at step \d+") as info:
@@ -118,9 +114,9 @@ def test_non_finite_loss_stops_naming_the_step_and_is_not_checkpointed(corpus, t
     assert max(saved, default=0) < bad_step  # checkpoint k holds k finite steps
 
 
-def test_skip_mode_keeps_going_past_a_non_finite_update(corpus, tmp_path):
-    text, cache = corpus
-    config = tiny_config(text, cache, steps=12, nonfinite="skip")
+def test_skip_mode_keeps_going_past_a_non_finite_update(run_corpus, tmp_path):
+    text, cache = run_corpus
+    config = tiny_run_config(text, cache, steps=12, nonfinite="skip")
     config.optimizer.learning_rate = 1e30
     config.optimizer.grad_clip_norm = 0.0
     final = train_and_evaluate(config, str(tmp_path / "run"))

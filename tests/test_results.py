@@ -9,11 +9,10 @@ import subprocess
 import sys
 
 import pytest
+from helpers import REPO
 
 import glue
 from training import results
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(task: str, lr: float, seed: int, score: float) -> results.RunResult:

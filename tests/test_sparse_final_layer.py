@@ -12,8 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import init_params, random_batch, tiny_config
-from test_attention import VARIANTS
+from helpers import ATTENTION_VARIANTS, init_params, random_batch, tiny_model_config
 
 from models import BertForMaskedLM, BertForSequenceClassification
 from models.flops import flop_count
@@ -38,9 +37,9 @@ def mlm_loss_and_grads(cfg, params, ids, types, mask):
     ("talking_heads_hk_hv", "pre"), ("talking_heads_chunked", "post"),
 ])
 def test_sparse_final_layer_equals_dense_values_and_gradients(variant, norm, rng):
-    fields = dict(VARIANTS[variant])
+    fields = dict(ATTENTION_VARIANTS[variant])
     fields["talking_heads"] = dict(fields.get("talking_heads", {}))
-    cfg = tiny_config(norm_placement=norm, **fields)
+    cfg = tiny_model_config(norm_placement=norm, **fields)
     ids, types, mask = random_batch(rng, pad_from=9)
     params = init_params(BertForMaskedLM(cfg), ids, types, mask)
     dense = mlm_loss_and_grads(cfg, params, ids, types, mask)
@@ -51,7 +50,7 @@ def test_sparse_final_layer_equals_dense_values_and_gradients(variant, norm, rng
 
 
 def test_sparse_final_layer_with_remat_and_hidden_state_shape(rng):
-    cfg = tiny_config(attention="talking_heads", remat="full", sparse_final_layer=True)
+    cfg = tiny_model_config(attention="talking_heads", remat="full", sparse_final_layer=True)
     ids, types, mask = random_batch(rng)
     params = init_params(BertForMaskedLM(cfg), ids, types, mask)
     out = BertForMaskedLM(cfg).apply({"params": params}, ids, types, mask, POSITIONS)
@@ -69,7 +68,7 @@ def test_sparse_final_layer_with_remat_and_hidden_state_shape(rng):
 
 @pytest.mark.parametrize("num_labels", [1, 3])
 def test_classifier_reads_cls_from_a_sparse_final_layer(num_labels, rng):
-    cfg = tiny_config(attention="talking_heads")
+    cfg = tiny_model_config(attention="talking_heads")
     ids, types, mask = random_batch(rng, pad_from=7)
     model = BertForSequenceClassification(cfg, num_labels)
     params = init_params(model, ids, types, mask)
@@ -81,7 +80,7 @@ def test_classifier_reads_cls_from_a_sparse_final_layer(num_labels, rng):
 
 
 def test_flop_count_drops_the_final_layer_rows_that_are_not_predicted():
-    cfg = tiny_config(num_layers=3, key_size=12)
+    cfg = tiny_model_config(num_layers=3, key_size=12)
     dense, sparse = flop_count(cfg, 16), flop_count(cfg.replace(sparse_final_layer=True), 16)
     tokens, predictions = 64, 10
     d, n, k, v, f = 32, 4, 12, 8, 64

@@ -13,15 +13,12 @@ import sys
 import numpy as np
 import pytest
 import scipy.stats
-from test_eval_glue import FILLER, NEGATIVE, POSITIVE, write_sst2
-from test_train import tiny_args, write_corpus
+from helpers import REPO, tiny_run_args, write_run_corpus, write_sst2
 
 import glue
 from configs import grids
 from configs import pretrain as pretrain_configs
 from training import results
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_script(name: str, args: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
@@ -192,9 +189,7 @@ GRID = [
 
 
 def test_local_sweep_runs_rows_end_to_end_then_skips_finished_runs(tmp_path, request):
-    corpus = write_corpus(str(tmp_path))
-    with open(corpus, "a") as f:  # SST-2's words, so that the tokenizer knows them
-        f.write("\n\n" + "\n".join(" ".join(POSITIVE + NEGATIVE + FILLER) for _ in range(50)))
+    corpus = write_run_corpus(str(tmp_path), sst2_words=True)  # the tokenizer knows SST-2
     write_sst2(str(tmp_path / "glue" / "SST-2"), np.random.default_rng(0))
     (tmp_path / "grid.py").write_text(GRID_FILE)
     out = tmp_path / "sweep"
@@ -202,8 +197,8 @@ def test_local_sweep_runs_rows_end_to_end_then_skips_finished_runs(tmp_path, req
     # sessions (the sweep's own default, OUT/jax_cache, would start empty every time).
     cache = getattr(request.config, "cache", None)
     jax_cache = cache.mkdir("jax_compilation_cache") if cache else tmp_path / "jax_cache"
-    pretrain = tiny_args(corpus, str(tmp_path / "cache"), steps=6, log_every_steps=3,
-                         eval_every_steps=6, checkpoint_every_steps=6, eval_batches=1)
+    pretrain = tiny_run_args(corpus, str(tmp_path / "cache"), steps=6, log_every_steps=3,
+                             eval_every_steps=6, checkpoint_every_steps=6, eval_batches=1)
     args = [f"--grid_file={tmp_path / 'grid.py'}", f"--out={out}", "--glue_tasks=sst2",
             f"--glue_dir={tmp_path / 'glue'}",
             # One fine-tuning step: finetune.py compiles its train step twice when it takes more.

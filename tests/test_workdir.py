@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from test_train import SENTENCES, tiny_config, write_corpus
+from helpers import RUN_SENTENCES, tiny_run_config, write_run_corpus
 
 from training.checkpoints import Checkpointer
 from training.pretrain import TrainingError, train_and_evaluate
@@ -22,9 +22,9 @@ STEPS = 10
 def finished(tmp_path_factory):
     """(corpus, cache, workdir) of a finished 10-step run; tests work on copies."""
     root = tmp_path_factory.mktemp("finished")
-    corpus, cache = write_corpus(str(root)), str(root / "cache")
+    corpus, cache = write_run_corpus(str(root)), str(root / "cache")
     workdir = str(root / "run")
-    train_and_evaluate(tiny_config(corpus, cache, steps=STEPS), workdir)
+    train_and_evaluate(tiny_run_config(corpus, cache, steps=STEPS), workdir)
     return corpus, cache, workdir
 
 
@@ -53,7 +53,8 @@ def other_corpus(tmp_path) -> str:
     path = str(tmp_path / "other.txt")
     with open(path, "w") as f:
         for i in range(120):
-            f.write("\n".join(" ".join(reversed(s.split())) for s in SENTENCES[i % 3:]) + "\n\n")
+            f.write("\n".join(" ".join(reversed(s.split()))
+                               for s in RUN_SENTENCES[i % 3:]) + "\n\n")
     return path
 
 
@@ -61,7 +62,7 @@ def test_resume_on_another_corpus_is_refused_before_anything_is_written(finished
     _, cache, _ = finished
     workdir = copy_run(finished, tmp_path)
     before = snapshot(workdir)
-    config = tiny_config(other_corpus(tmp_path), cache, steps=2 * STEPS)
+    config = tiny_run_config(other_corpus(tmp_path), cache, steps=2 * STEPS)
     with pytest.raises(TrainingError, match="another corpus"):
         train_and_evaluate(config, workdir)
     assert snapshot(workdir) == before  # tokenizer/, config.json, checkpoints untouched
@@ -71,7 +72,7 @@ def test_resume_with_another_tokenizer_setting_is_refused(finished, tmp_path):
     corpus, cache, _ = finished
     workdir = copy_run(finished, tmp_path)
     before = snapshot(workdir)
-    config = tiny_config(corpus, cache, steps=2 * STEPS, **{"data.vocab_size": 150})
+    config = tiny_run_config(corpus, cache, steps=2 * STEPS, **{"data.vocab_size": 150})
     with pytest.raises(TrainingError, match="data.vocab_size"):
         train_and_evaluate(config, workdir)
     assert snapshot(workdir) == before
@@ -83,12 +84,12 @@ def test_resume_with_another_tokenizer_setting_is_refused(finished, tmp_path):
 ])
 def test_changed_talking_heads_settings_are_a_different_architecture(
         field, value, message, tmp_path):
-    corpus, cache = write_corpus(str(tmp_path)), str(tmp_path / "cache")
+    corpus, cache = write_run_corpus(str(tmp_path)), str(tmp_path / "cache")
     workdir = str(tmp_path / "run")
-    train_and_evaluate(tiny_config(corpus, cache, steps=4, **{"model.attention":
-                                                              "talking_heads"}), workdir)
-    changed = tiny_config(corpus, cache, steps=8, **{"model.attention": "talking_heads",
-                                                     field: value})
+    train_and_evaluate(tiny_run_config(corpus, cache, steps=4, **{"model.attention":
+                                                                  "talking_heads"}), workdir)
+    changed = tiny_run_config(corpus, cache, steps=8, **{"model.attention": "talking_heads",
+                                                         field: value})
     with pytest.raises(TrainingError, match=f"different architecture .*{message}"):
         train_and_evaluate(changed, workdir)
 
@@ -96,7 +97,7 @@ def test_changed_talking_heads_settings_are_a_different_architecture(
 def test_a_live_workdir_is_refused_and_a_stale_lock_file_is_not(finished, tmp_path):
     corpus, cache, _ = finished
     workdir = copy_run(finished, tmp_path)
-    config = tiny_config(corpus, cache, steps=STEPS + 2)
+    config = tiny_run_config(corpus, cache, steps=STEPS + 2)
     with WorkdirLock(workdir), pytest.raises(WorkdirBusy, match=f"{workdir} is in use by pid"):
         train_and_evaluate(config, workdir)
     # The lock file stays behind (as after kill -9); only a live holder blocks.
@@ -110,7 +111,7 @@ def test_a_rerun_with_nothing_to_train_changes_nothing(finished, tmp_path):
     workdir = copy_run(finished, tmp_path)
     before = snapshot(workdir)
     # Other logging settings: still nothing to train, so config.json keeps the run's own.
-    final = train_and_evaluate(tiny_config(corpus, cache, steps=STEPS, log_every_steps=1),
+    final = train_and_evaluate(tiny_run_config(corpus, cache, steps=STEPS, log_every_steps=1),
                                workdir)
     assert snapshot(workdir) == before
     with open(os.path.join(workdir, "final_metrics.json")) as f:
@@ -118,10 +119,10 @@ def test_a_rerun_with_nothing_to_train_changes_nothing(finished, tmp_path):
 
 
 def test_no_eval_split_reports_no_eval_metrics(tmp_path):
-    corpus, cache = write_corpus(str(tmp_path)), str(tmp_path / "cache")
+    corpus, cache = write_run_corpus(str(tmp_path)), str(tmp_path / "cache")
     workdir = str(tmp_path / "run")
-    final = train_and_evaluate(tiny_config(corpus, cache, steps=4,
-                                           **{"data.eval_fraction": 0.0}), workdir)
+    final = train_and_evaluate(tiny_run_config(corpus, cache, steps=4,
+                                               **{"data.eval_fraction": 0.0}), workdir)
     with open(os.path.join(workdir, "final_metrics.json")) as f:
         saved = json.load(f)
     assert saved == final and saved["step"] == 4

@@ -1,0 +1,217 @@
+"""Builders shared by the test files: tiny models, corpora, pretraining runs, GLUE folders.
+
+Each builder lives here once and is imported by name (`from helpers import ...`); test
+files never import each other. The environment (8 fake CPU devices, fp32 matmuls) and
+the pytest fixtures are in conftest.py.
+
+- Models:      tiny_model_config, ATTENTION_VARIANTS, random_batch, init_params
+- Corpora:     ENGLISH_SENTENCES, write_one_file_corpus, write_multi_file_corpus
+- Pretraining: RUN_SENTENCES, write_run_corpus, tiny_run_args, tiny_run_config,
+               final_params
+- GLUE:        SST2_POSITIVE/NEGATIVE/FILLER, write_sst2 (a learnable SST-2 folder)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from configs import pretrain
+from configs.overrides import apply_overrides
+from models import ModelConfig, TalkingHeadsConfig
+from training.checkpoints import Checkpointer
+
+REPO = Path(__file__).resolve().parents[1]
+
+# ---------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------
+
+
+def tiny_model_config(**overrides) -> ModelConfig:
+    """A 2-layer, width-32 BERT ModelConfig; talking_heads fields go in
+    `talking_heads=dict(...)`."""
+    fields = dict(
+        vocab_size=97, num_layers=2, hidden_size=32, num_heads=4, mlp_dim=64,
+        max_position_embeddings=64, dropout_rate=0.0, attention_dropout_rate=0.0,
+        size="test", sparse_final_layer=False,  # dense unless a test asks
+    )
+    th = overrides.pop("talking_heads", {})
+    fields.update(overrides)
+    return ModelConfig(**fields, talking_heads=TalkingHeadsConfig(**th))
+
+
+# Every attention code path, as tiny_model_config overrides.
+ATTENTION_VARIANTS = {
+    "multi_head": {},
+    "multi_head_large_key": {"key_size": 24},
+    "multi_head_fixed_head": {"key_size": 16, "value_size": 16},
+    "multi_head_fused": {"attention_impl": "fused", "key_size": 12},
+    "talking_heads": {"attention": "talking_heads"},
+    "talking_heads_hk_hv": {
+        "attention": "talking_heads", "key_size": 16,
+        "talking_heads": {"num_logit_heads": 6, "num_value_heads": 2},
+    },
+    "talking_heads_logits_only": {"attention": "talking_heads",
+                                  "talking_heads": {"projections": "logits"}},
+    "talking_heads_weights_only": {"attention": "talking_heads",
+                                   "talking_heads": {"projections": "weights"}},
+    "talking_heads_chunked": {"attention": "talking_heads",
+                              "talking_heads": {"impl": "chunked", "query_chunk_size": 5}},
+}
+
+
+def random_batch(key, batch=3, length=12, vocab=97, pad_from=None):
+    """(input ids, token types, attention mask); padded from position `pad_from` on."""
+    ids = jax.random.randint(key, (batch, length), 1, vocab)
+    mask = jnp.ones((batch, length), jnp.int32)
+    if pad_from is not None:
+        mask = mask.at[:, pad_from:].set(0)
+    return ids, jnp.zeros_like(ids), mask
+
+
+def init_params(module, *args, seed=0):
+    """A module's unboxed parameters."""
+    variables = module.init(jax.random.key(seed), *args)
+    return nn.unbox(variables)["params"]
+
+
+# ---------------------------------------------------------------------------------------
+# Corpora for the input pipeline
+# ---------------------------------------------------------------------------------------
+
+ENGLISH_SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A journey of a thousand miles begins with a single step.",
+    "All that glitters is not gold, and not all those who wander are lost.",
+    "The function returns a list of the items in the order they were added.",
+    "It was the best of times, it was the worst of times.",
+    "Call me Ishmael. Some years ago I went to sea to see the watery part of the world.",
+]
+
+
+def write_one_file_corpus(directory: Path, num_docs: int = 40, seed: int = 0) -> Path:
+    """DIRECTORY/corpus.txt in BERT's format: a sentence per line, a blank line between
+    documents of 6 sentences."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    docs = ["\n".join(ENGLISH_SENTENCES[int(i)]
+                      for i in rng.integers(0, len(ENGLISH_SENTENCES), 6))
+            for _ in range(num_docs)]
+    path = directory / "corpus.txt"
+    path.write_text("\n\n".join(docs) + "\n")
+    return path
+
+
+def write_multi_file_corpus(directory: Path, num_files: int = 3,
+                            docs_per_file: int = 4) -> list[Path]:
+    """DIRECTORY/part{0,1,..}.txt in BERT's format, documents of 2 to 8 sentences."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    paths = []
+    for f in range(num_files):
+        docs = []
+        for _ in range(docs_per_file):
+            n = int(rng.integers(2, 9))
+            docs.append("\n".join(ENGLISH_SENTENCES[int(i)]
+                                  for i in rng.integers(0, len(ENGLISH_SENTENCES), n)))
+        path = directory / f"part{f}.txt"
+        path.write_text("\n\n".join(docs) + "\n")
+        paths.append(path)
+    return paths
+
+
+# ---------------------------------------------------------------------------------------
+# Tiny pretraining runs (train.py / training.pretrain.train_and_evaluate)
+# ---------------------------------------------------------------------------------------
+
+RUN_SENTENCES = [
+    "The cat sat on the mat and looked at the garden.",
+    "A small dog ran across the green field after the ball.",
+    "The old man walked to the market to buy fresh bread.",
+    "Children played in the park while their parents talked.",
+    "The river flows quietly past the village in the valley.",
+    "She opened the window and the cold wind came into the room.",
+    "The teacher wrote a long sentence on the black board.",
+    "Birds sing in the trees early in the morning.",
+]
+
+SST2_POSITIVE = ["good", "great", "lovely", "fine", "happy"]
+SST2_NEGATIVE = ["bad", "awful", "sad", "poor", "ugly"]
+SST2_FILLER = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "in", "park", "old", "man"]
+
+
+def write_run_corpus(directory, sst2_words: bool = False) -> str:
+    """DIRECTORY/corpus.txt, the tiny runs' English: 120 documents of 6 shuffled
+    RUN_SENTENCES. sst2_words appends write_sst2's words, so that a tokenizer trained
+    on it knows them (pretraining before GLUE)."""
+    rng = np.random.default_rng(0)
+    docs = []
+    for _ in range(120):
+        docs.append("\n".join(rng.choice(RUN_SENTENCES, size=6)))
+    path = os.path.join(directory, "corpus.txt")
+    with open(path, "w") as f:
+        f.write("\n\n".join(docs) + "\n")
+    if sst2_words:
+        with open(path, "a") as f:
+            f.write("\n\n" + "\n".join(" ".join(SST2_POSITIVE + SST2_NEGATIVE + SST2_FILLER)
+                                       for _ in range(50)))
+    return path
+
+
+def tiny_run_args(corpus: str, cache: str, steps: int, **extra) -> list[str]:
+    """--config overrides for a one-layer, width-32 run on the tiny corpus (train.py's
+    flags; `extra` adds or replaces FIELD=VALUE pairs)."""
+    fields = {
+        "model.num_layers": 1, "model.hidden_size": 32, "model.num_heads": 4,
+        "model.mlp_dim": 64, "model.dropout_rate": 0.0, "model.attention_dropout_rate": 0.0,
+        "data.corpus": corpus, "data.cache_dir": cache, "data.vocab_size": 200,
+        "data.max_seq_length": 32, "data.max_predictions_per_seq": 5,
+        "data.eval_fraction": 0.1, "batch_size": 16, "num_train_steps": steps,
+        "optimizer.learning_rate": 3e-3, "optimizer.warmup_steps": 5,
+        "log_every_steps": 5, "eval_every_steps": 10, "eval_batches": 2,
+        "checkpoint_every_steps": 10,
+    }
+    fields.update(extra)
+    return [f"--config.{k}={v}" for k, v in fields.items()]
+
+
+def tiny_run_config(corpus: str, cache: str, steps: int, **extra):
+    """The pretraining ConfigDict of tiny_run_args (size=micro plus those overrides)."""
+    config = pretrain.get_config("size=micro")
+    apply_overrides(config, tiny_run_args(corpus, cache, steps, **extra))
+    return config
+
+
+def final_params(workdir: str):
+    """(step, params) of a pretraining workdir's latest checkpoint."""
+    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True)
+    state, _, step = checkpointer.restore()
+    return step, state["params"]
+
+
+# ---------------------------------------------------------------------------------------
+# GLUE folders
+# ---------------------------------------------------------------------------------------
+
+
+def write_sst2(directory: str, rng: np.random.Generator) -> None:
+    """A learnable SST-2 in its layout (400 train, 100 dev, 20 test rows): a sentiment
+    word decides the label; the filler is noise."""
+    os.makedirs(directory, exist_ok=True)
+    for split, size in (("train", 400), ("dev", 100), ("test", 20)):
+        lines = ["index\tsentence" if split == "test" else "sentence\tlabel"]
+        for i in range(size):
+            label = int(rng.integers(2))
+            words = list(rng.choice(SST2_FILLER, size=6))
+            words.insert(int(rng.integers(7)),
+                         rng.choice(SST2_POSITIVE if label else SST2_NEGATIVE))
+            text = " ".join(words)
+            lines.append(f"{i}\t{text}" if split == "test" else f"{text}\t{label}")
+        with open(os.path.join(directory, f"{split}.tsv"), "w") as f:
+            f.write("\n".join(lines) + "\n")
