@@ -7,13 +7,17 @@ the pytest fixtures are in conftest.py.
 - Models:      tiny_model_config, ATTENTION_VARIANTS, random_batch, init_params
 - Corpora:     ENGLISH_SENTENCES, write_one_file_corpus, write_multi_file_corpus
 - Pretraining: RUN_SENTENCES, write_run_corpus, tiny_run_args, tiny_run_config,
-               final_params
-- GLUE:        SST2_POSITIVE/NEGATIVE/FILLER, write_sst2 (a learnable SST-2 folder)
+               final_params; run_script (python scripts/NAME)
+- GLUE:        SST2_POSITIVE/NEGATIVE/FILLER, write_sst2 (a learnable SST-2 folder);
+               OFFICIAL_GLUE_FILES, write_glue_file, write_official_glue_dir (every
+               task's files exactly as the official download lays them out)
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import flax.linen as nn
@@ -195,6 +199,14 @@ def final_params(workdir: str):
     return step, state["params"]
 
 
+def run_script(name: str, args: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
+    """python scripts/NAME ARGS from the repository root, output captured."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = ""  # one CPU device: conftest's 8 fake devices only slow small runs down
+    return subprocess.run([sys.executable, os.path.join("scripts", name), *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
 # ---------------------------------------------------------------------------------------
 # GLUE folders
 # ---------------------------------------------------------------------------------------
@@ -215,3 +227,121 @@ def write_sst2(directory: str, rng: np.random.Generator) -> None:
             lines.append(f"{i}\t{text}" if split == "test" else f"{text}\t{label}")
         with open(os.path.join(directory, f"{split}.tsv"), "w") as f:
             f.write("\n".join(lines) + "\n")
+
+
+STSB_HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2"
+MNLI_TEXT_HEADER = (
+    "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+    "sentence1_parse\tsentence2_parse\tsentence1\tsentence2"
+)
+
+
+def mnli_row(i: int, a: str, b: str, labels: str = "") -> str:
+    """One row of an MNLI file (parses filled in), labels tab-separated."""
+    parses = "\t".join(["( x )", "( y )", "(ROOT x)", "(ROOT y)"])
+    row = f"{i}\t{1000 + i}\t{1000 + i}e\tfiction\t{parses}\t{a}\t{b}"
+    return row + (f"\t{labels}" if labels else "")
+
+
+# task -> {file name: exact file text}, as the official files (download_glue_data.py) look.
+OFFICIAL_GLUE_FILES: dict[str, dict[str, str]] = {
+    "CoLA": {
+        # No header; columns: source, label, original label ('*' = unacceptable), sentence.
+        "train.tsv": "gj04\t1\t\tOur friends won't buy this.\ngj04\t0\t*\tThe more we study.\n",
+        # The official dev.tsv has no final newline.
+        "dev.tsv": "gj04\t1\t\tThe sailors rode the breeze.",
+        "test.tsv": "index\tsentence\n0\tBill whistled past the house.\n1\tThe car honked.\n",
+    },
+    "SST-2": {
+        "train.tsv": "sentence\tlabel\nhide new secretions \t0\ncharming and affecting \t1\n",
+        "dev.tsv": "sentence\tlabel\nunflinchingly bleak \t0\n",
+        "test.tsv": "index\tsentence\n0\tuneasy mishmash .\n",
+    },
+    "MRPC": {
+        # BOM from the MSRP source; an unbalanced quote that QUOTE_NONE must keep verbatim.
+        "train.tsv": "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+        '1\t702876\t702977\t"The witness", he said.\tThe witness.\n'
+        "0\t2108705\t2108831\tYucaipa owned it.\tYucaipa bought it.\n",
+        "dev.tsv": "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+        '1\t1355540\t1355592\tThe pie business.\t"The pie business.\n',
+        "test.tsv": "index\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+        "0\t1089874\t1089925\tPCCW's officer.\tThe officer.\n",
+    },
+    "STS-B": {
+        "train.tsv": f"{STSB_HEADER}\tscore\n"
+        "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane.\tAn air plane.\t5.000\n"
+        "1\tmain-captions\tMSRvid\t2012test\t0004\tnone\tnone\tA man.\tA flute.\t0.250\n",
+        "dev.tsv": f"{STSB_HEADER}\tscore\n"
+        "0\tmain-captions\tMSRvid\t2012test\t0000\tnone\tnone\tA hat.\tA hard hat.\t3.8\n",
+        "test.tsv": f"{STSB_HEADER}\n"
+        "0\tmain-captions\tMSRvid\t2012test\t0024\tnone\tnone\tA girl.\tA girl is.\n",
+    },
+    "QQP": {
+        "train.tsv": "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+        "133273\t213221\t213222\tHow is the life?\tHow is life?\t1\n",
+        "dev.tsv": "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+        "201359\t303345\t303346\tWhy are people?\tWhy do people?\t0\n",
+        "test.tsv": "id\tquestion1\tquestion2\n0\tWhy ask?\tWhy not?\n7\tHow?\tWhat?\n",
+    },
+    "MNLI": {
+        # train: label1 + gold_label; dev: label1..label5 + gold_label; test: no labels.
+        "train.tsv": f"{MNLI_TEXT_HEADER}\tlabel1\tgold_label\n"
+        + mnli_row(0, "Conceptually cream.", "Product and geography.", "neutral\tneutral")
+        + "\n",
+        "dev_matched.tsv": f"{MNLI_TEXT_HEADER}\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5"
+        "\tgold_label\n"
+        + mnli_row(
+            0,
+            "The new rights.",
+            "Everyone likes.",
+            "neutral\tentailment\tneutral\tneutral\tneutral\tneutral",
+        )
+        + "\n",
+        "dev_mismatched.tsv": f"{MNLI_TEXT_HEADER}\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5"
+        "\tgold_label\n"
+        + mnli_row(
+            0,
+            "Your gift.",
+            "Hundreds.",
+            "contradiction\tcontradiction\tentailment\tcontradiction\tcontradiction\tcontradiction",
+        )
+        + "\n",
+        "test_matched.tsv": f"{MNLI_TEXT_HEADER}\n"
+        + mnli_row(0, "Hierbas.", "Hierbas is.")
+        + "\n",
+        "test_mismatched.tsv": f"{MNLI_TEXT_HEADER}\n" + mnli_row(0, "What.", "Who.") + "\n",
+    },
+    "QNLI": {
+        "train.tsv": "index\tquestion\tsentence\tlabel\n0\tWhen?\tIn 1990.\tentailment\n",
+        "dev.tsv": "index\tquestion\tsentence\tlabel\n0\tWhat?\tAs of that day.\tnot_entailment\n",
+        "test.tsv": 'index\tquestion\tsentence\n0\tWho?\tThe Brotherhood "quiescent.\n',
+    },
+    "RTE": {
+        "train.tsv": "index\tsentence1\tsentence2\tlabel\n0\tNo weapons found.\tWeapons found."
+        "\tnot_entailment\n1\tA place of sorrow.\tPope is leader.\tentailment\n",
+        "dev.tsv": "index\tsentence1\tsentence2\tlabel\n0\tDana Reeve died.\tReeve.\tentailment\n",
+        "test.tsv": "index\tsentence1\tsentence2\n0\tMangla was summoned.\tShukla.\n",
+    },
+    "WNLI": {
+        "train.tsv": "index\tsentence1\tsentence2\tlabel\n0\tI stuck a pin.\tIt had a hole.\t1\n",
+        "dev.tsv": "index\tsentence1\tsentence2\tlabel\n0\tThe drain is clogged.\tHair.\t0\n",
+        "test.tsv": "index\tsentence1\tsentence2\n0\tMaude and Dora.\tHorses ran.\n",
+    },
+}
+
+
+def write_glue_file(root: Path, task: str, name: str, text: str | bytes) -> Path:
+    """ROOT/TASK/NAME with exactly these bytes (text is written as UTF-8)."""
+    path = root / task / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    path.write_bytes(data)
+    return path
+
+
+def write_official_glue_dir(root: Path) -> Path:
+    """A GLUE folder holding OFFICIAL_GLUE_FILES: all nine tasks, every split."""
+    for task, files in OFFICIAL_GLUE_FILES.items():
+        for name, text in files.items():
+            write_glue_file(root, task, name, text)
+    return root

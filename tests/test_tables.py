@@ -1,0 +1,145 @@
+"""scripts/tables.py on fabricated finished runs: mean ± std over pretraining or
+fine-tuning seeds, paired tests and bootstrap intervals between variants, CSV, plots.
+(tables.py over a real sweep: test_sweep.py.)"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import scipy.stats
+from helpers import run_script
+
+import glue
+from configs import pretrain as pretrain_configs
+from training import results
+
+
+def write_json(path, value) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(value, f)
+
+
+def fake_run(run_dir, arg: str, seed: int, eval_loss: float,
+             glue_scores: dict[str, dict[float, dict[int, float]]]) -> None:
+    """A finished run in the formats training/pretrain.py and training/finetune.py write.
+
+    glue_scores: task -> learning rate -> {fine-tuning seed: main dev score}.
+    """
+    pretrain = os.path.join(run_dir, "pretrain")
+    config = pretrain_configs.get_config(arg)
+    config.model.vocab_size = 200  # train.py stores the tokenizer's size
+    config.seed = seed
+    write_json(os.path.join(pretrain, "config.json"), config.to_dict())
+    write_json(os.path.join(pretrain, "final_metrics.json"),
+               {"step": 40, "eval_loss": eval_loss, "eval_accuracy": 0.3,
+                "eval_perplexity": math.exp(eval_loss)})
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(pretrain)
+    for step in (10, 20, 30, 40):
+        writer.add_scalar("loss", eval_loss + 4.0 / step, step)
+        writer.add_scalar("eval_loss", eval_loss + 2.0 / step, step)
+    writer.close()
+    for name, by_lr in glue_scores.items():
+        task = glue.get_task(name)
+        runs = [results.RunResult(
+                    task=task.name, learning_rate=lr, seed=s, steps=10,
+                    dev={split: dict.fromkeys(task.metric_names, v) for split in task.dev_splits},
+                    main=v, final_train_loss=0.5)
+                for lr, scores in by_lr.items() for s, v in scores.items()]
+        write_json(os.path.join(run_dir, "glue", task.name, "results.json"),
+                   {"init": f"{pretrain}@40", "skipped": {},
+                    "tasks": {task.name: results.TaskSummary.from_runs(task, runs).to_json()}})
+
+
+def read_csv(path) -> list[dict[str, str]]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_tables_over_pretraining_seeds_with_paired_tests_and_plots(tmp_path):
+    out = tmp_path / "sweep"
+    rng = np.random.default_rng(0)
+    rows = ["th_cpu_mh_h4", "th_cpu_th_h4", "th_cpu_mh_h8", "th_cpu_th_h8"]
+    best: dict[tuple[str, str], list[float]] = {}  # (row, task) -> per pretraining seed
+    losses: dict[str, list[float]] = {}
+    for i, row in enumerate(rows):
+        for seed in (0, 1, 2):
+            scores = {}
+            for task in ("sst2", "rte"):
+                good = {s: float(80 + i + rng.normal(0, 1)) for s in range(3)}
+                worse = {s: v - 10.0 for s, v in good.items()}  # never the best learning rate
+                scores[task] = {2e-5: worse, 3e-5: good}
+                best.setdefault((row, task), []).append(float(np.mean(list(good.values()))))
+            loss = 3.0 - 0.1 * i + 0.01 * seed
+            losses.setdefault(row, []).append(loss)
+            fake_run(out / row / f"seed{seed}", f"row={row}", seed, loss, scores)
+
+    plots = tmp_path / "plots"
+    result = run_script("tables.py", [f"--out={out}", "--grid=talking_heads_cpu",
+                                      "--format=md,csv", f"--plots={plots}"])
+    assert result.returncode == 0, result.stderr
+    markdown = (out / "table.md").read_text()
+    assert result.stdout.startswith(markdown)  # printed as well
+    line = next(x for x in markdown.splitlines() if x.startswith("| th_cpu_th_h4 |"))
+    sst2 = best[("th_cpu_th_h4", "sst2")]
+    assert f"| {np.mean(sst2):.1f} ± {np.std(sst2, ddof=1):.1f} |" in line
+    assert "| 3×3 |" in line  # 3 pretraining x 3 fine-tuning seeds
+    assert "| th_cpu_mh_h16 |" in markdown  # a grid row without runs is listed, empty
+
+    table = {r["row"]: r for r in read_csv(out / "table.csv")}
+    got = table["th_cpu_th_h4"]
+    assert float(got["SST-2 mean"]) == pytest.approx(np.mean(sst2))
+    assert float(got["SST-2 std"]) == pytest.approx(np.std(sst2, ddof=1))
+    assert got["SST-2 over"] == "pretraining seeds" and got["SST-2 n"] == "3"
+    average = np.mean([best[("th_cpu_th_h4", "sst2")], best[("th_cpu_th_h4", "rte")]], axis=0)
+    assert float(got["Avg (2 tasks) mean"]) == pytest.approx(np.mean(average))
+    assert float(got["MLM loss mean"]) == pytest.approx(np.mean(losses["th_cpu_th_h4"]))
+    assert int(got["num_heads"]) == 4 and int(got["key_size"]) == 64
+
+    # Pairs: multi-head vs talking-heads at the same head count, by pretraining seed id.
+    tests = {(t["a"], t["b"], t["metric"]): t for t in read_csv(out / "significance.csv")}
+    assert {(a, b) for a, b, _ in tests} == {("th_cpu_mh_h4", "th_cpu_th_h4"),
+                                             ("th_cpu_mh_h8", "th_cpu_th_h8")}
+    t = tests[("th_cpu_mh_h8", "th_cpu_th_h8", "SST-2")]
+    a, b = best[("th_cpu_mh_h8", "sst2")], best[("th_cpu_th_h8", "sst2")]
+    assert t["paired_over"] == "pretraining seeds" and t["seeds"] == "0 1 2"
+    assert float(t["p_ttest_rel"]) == pytest.approx(scipy.stats.ttest_rel(b, a).pvalue)
+    assert float(t["p_wilcoxon"]) == pytest.approx(scipy.stats.wilcoxon(b, a).pvalue)
+    assert float(t["mean_diff_b_minus_a"]) == pytest.approx(np.mean(np.subtract(b, a)))
+    assert float(t["ci_low"]) <= float(t["mean_diff_b_minus_a"]) <= float(t["ci_high"])
+    loss = tests[("th_cpu_mh_h4", "th_cpu_th_h4", "MLM loss")]  # 0.1 lower for every seed
+    assert float(loss["mean_diff_b_minus_a"]) == pytest.approx(-0.1)
+
+    for name in ("score_vs_heads.png", "mlm_loss_curves.png"):
+        assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tables_with_one_pretraining_seed_pair_fine_tuning_seeds_by_id(tmp_path):
+    out = tmp_path / "sweep"
+    a = {0: 70.0, 1: 71.0, 2: 90.0, 3: 72.5}
+    b = {0: 75.0, 1: 77.0, 3: 76.0}  # fine-tuning seed 2 missing: pairs are seeds 0, 1, 3
+    fake_run(out / "base", "size=micro", 0, 3.0, {"sst2": {2e-5: a}})
+    fake_run(out / "big_key", "size=micro,key_size=64", 0, 2.9, {"sst2": {2e-5: b}})
+
+    result = run_script("tables.py", [f"--out={out}", "--format=csv", "--pairs=base:big_key"])
+    assert result.returncode == 0, result.stderr
+    assert not (out / "table.md").exists()  # csv only
+    line = next(x for x in result.stdout.splitlines() if x.startswith("| base |"))
+    values = list(a.values())
+    assert f"| {np.mean(values):.1f} ± {np.std(values, ddof=1):.1f} |" in line
+    assert "| 1×4 |" in line
+
+    (t,) = [t for t in read_csv(out / "significance.csv") if t["metric"] == "SST-2"]
+    assert t["paired_over"] == "fine-tuning seeds (pretraining seed 0)"
+    assert t["seeds"] == "0 1 3"
+    pa, pb = [a[s] for s in (0, 1, 3)], [b[s] for s in (0, 1, 3)]
+    assert float(t["p_ttest_rel"]) == pytest.approx(scipy.stats.ttest_rel(pb, pa).pvalue)
+    assert t["verdict"] == ("big_key better" if scipy.stats.ttest_rel(pb, pa).pvalue < 0.05
+                            else "no clear difference")
