@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytestmark = pytest.mark.slow  # compiles several models
+
 
 def test_accelerator_check_parts_run_in_quick_mode(tmp_path):
     """scripts/accelerator_check.py runs on GPUs only when one is lent: keep its parts

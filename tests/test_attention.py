@@ -13,6 +13,7 @@ import attention
 from models import BertForMaskedLM
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["post", "pre"])
 @pytest.mark.parametrize("variant", sorted(ATTENTION_VARIANTS))
 def test_variant_builds_runs_and_has_finite_gradients(variant, norm, rng):
@@ -51,6 +52,7 @@ def run_attention(cfg, params, x, mask):
     return attention_module(cfg).apply({"params": params}, x, mask, True)
 
 
+@pytest.mark.slow
 def test_talking_heads_with_identity_projections_equals_multi_head(rng):
     mh_cfg = tiny_model_config(key_size=12, value_size=6)
     th_cfg = tiny_model_config(key_size=12, value_size=6, attention="talking_heads",
@@ -67,6 +69,7 @@ def test_talking_heads_with_identity_projections_equals_multi_head(rng):
     )
 
 
+@pytest.mark.slow
 def test_explicit_head_sizes_equal_default(rng):
     default, explicit = tiny_model_config(), tiny_model_config(key_size=8, value_size=8)
     ids, types, mask = random_batch(rng, pad_from=8)
@@ -76,6 +79,7 @@ def test_explicit_head_sizes_equal_default(rng):
     np.testing.assert_array_equal(a["mlm_logits"], b["mlm_logits"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key_size,value_size", [(8, 8), (12, 8), (8, 20)])
 def test_fused_path_equals_einsum_path(key_size, value_size, rng):
     einsum = tiny_model_config(key_size=key_size, value_size=value_size, attention_impl="einsum")
@@ -94,6 +98,7 @@ def test_fused_path_equals_einsum_path(key_size, value_size, rng):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), g_fused, g_einsum)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("length,chunk", [(16, 4), (13, 5)])
 def test_chunked_talking_heads_equals_full_values_and_gradients(length, chunk, rng):
     full = tiny_model_config(attention="talking_heads", key_size=12,
@@ -123,6 +128,7 @@ def numpy_talking_heads_weights(q, k, p_logits, p_weights):
     return np.einsum("bhts,hg->bgts", weights, p_weights).transpose(0, 2, 1, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["full", "chunked"])
 @pytest.mark.parametrize("noise", ["elementwise", "shared_queries"])
 def test_talking_heads_dropout_hits_the_mixed_weights(impl, noise, rng):
@@ -175,6 +181,7 @@ PADDING_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(PADDING_CASES))
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_appending_padding_leaves_real_positions_unchanged(case, norm, rng):

@@ -65,6 +65,7 @@ def test_bad_pretraining_input_is_one_clear_error(case, run_corpus, tmp_path):
     assert not (workdir / "final_metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_workdir_with_another_architecture_is_refused(run_corpus, tmp_path):
     workdir = str(tmp_path / "run")
     train_and_evaluate(tiny_run_config(*run_corpus, steps=2), workdir)
@@ -75,6 +76,7 @@ def test_workdir_with_another_architecture_is_refused(run_corpus, tmp_path):
         train_and_evaluate(config, workdir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script,config,args,message", [
     ("train.py", "configs/pretrain.py:size=micro", ["--config.model.colour=blue"], "colour"),
     ("train.py", "configs/pretrain.py:size=micro", ["--config.nope=3"], "config.nope"),
@@ -115,6 +117,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(mount)], check=False)
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_error_line(run_corpus, small_disk):
     text, cache = run_corpus
     command = [sys.executable, "train.py", "--config", "configs/pretrain.py:size=micro",

@@ -45,6 +45,7 @@ def run_main(tmp_path):
     return run
 
 
+@pytest.mark.slow
 def test_main_writes_finite_results_and_flops_from_models_flops(run_main, tmp_path):
     result = run_main("--compare=attention=talking_heads")
     assert [e["name"] for e in result["entries"]] == ["ours", "ours[attention=talking_heads]"]
@@ -70,6 +71,7 @@ def test_main_writes_finite_results_and_flops_from_models_flops(run_main, tmp_pa
     assert "| ours[attention=talking_heads] |" in (tmp_path / "bench.md").read_text()
 
 
+@pytest.mark.slow
 def test_dense_mlm_entry_scores_every_position_and_counts_its_flops():
     cfg = model_config()
     batch = benchmark.synthetic_batch(SHAPES, cfg.vocab_size, seed=0)

@@ -13,6 +13,8 @@ from helpers import init_params, random_batch, tiny_model_config
 
 from models import BertForMaskedLM
 
+pytestmark = pytest.mark.slow  # every test compiles a model
+
 
 def test_sparse_mlm_head_equals_dense_head_at_those_positions(rng):
     cfg = tiny_model_config(attention="talking_heads")

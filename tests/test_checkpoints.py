@@ -87,6 +87,7 @@ def test_an_intact_checkpoint_that_does_not_fit_is_refused_not_moved(tmp_path):
     assert checkpointer.all_steps() == [1, 2]
 
 
+@pytest.mark.slow
 def test_a_run_continues_past_its_damaged_latest_checkpoint(tmp_path):
     corpus = write_run_corpus(str(tmp_path))
     workdir = str(tmp_path / "run")

@@ -146,6 +146,7 @@ def test_unreadable_corpus_file_is_one_error_naming_it(tmp_path, monkeypatch):
     assert not leftovers(tmp_path / "cache")
 
 
+@pytest.mark.slow
 def test_full_disk_during_cache_write_is_one_error_and_nothing_complete(tmp_path):
     """RLIMIT_FSIZE makes the kernel refuse writes past a size, as a full disk does."""
     corpus = write_one_file_corpus(tmp_path / "c", num_docs=400)
@@ -169,6 +170,7 @@ def test_full_disk_during_cache_write_is_one_error_and_nothing_complete(tmp_path
     assert not leftovers(tmp_path / "cache")
 
 
+@pytest.mark.slow
 def test_build_killed_mid_write_restarts_cleanly(tmp_path):
     """SIGKILL while the cache is being written, then an ordinary rebuild."""
     corpus = write_one_file_corpus(tmp_path / "c", num_docs=400)
@@ -201,6 +203,7 @@ def test_build_killed_mid_write_restarts_cleanly(tmp_path):
     assert not leftovers(tmp_path / "cache")
 
 
+@pytest.mark.slow
 def test_two_processes_building_the_same_cache(tmp_path):
     corpus = write_one_file_corpus(tmp_path / "c", num_docs=300)
     code = f"""

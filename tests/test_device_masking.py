@@ -14,6 +14,8 @@ from input_pipeline.device_masking import DeviceMasker
 from input_pipeline.masking import Masker
 from input_pipeline.tokenizer import SpecialIds
 
+pytestmark = pytest.mark.slow  # every test compiles the masker (seconds each)
+
 SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 VOCAB, LENGTH, SLOTS = 50, 32, 6
 

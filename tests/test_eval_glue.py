@@ -36,6 +36,7 @@ def glue_config(**overrides):
     return config
 
 
+@pytest.mark.slow
 def test_learnable_task_reaches_high_accuracy_and_writes_results(pretrained_workdir, tmp_path):
     glue_dir = tmp_path / "glue"
     write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(0))
@@ -65,6 +66,7 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
         finetune.run(config, str(tmp_path / "out"))
 
 
+@pytest.mark.slow
 def test_workdir_of_a_different_checkpoint_is_refused(pretrained_workdir, tmp_path):
     glue_dir = tmp_path / "glue"
     write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(1))
@@ -76,6 +78,7 @@ def test_workdir_of_a_different_checkpoint_is_refused(pretrained_workdir, tmp_pa
         finetune.run(config, str(workdir))
 
 
+@pytest.mark.slow
 def test_preempted_fine_tuning_resumes_to_the_same_result(pretrained_workdir, tmp_path,
                                                           monkeypatch):
     import glue
@@ -111,6 +114,7 @@ def test_preempted_fine_tuning_resumes_to_the_same_result(pretrained_workdir, tm
     assert not (run_dir / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_sequence_longer_than_the_positions_is_refused_up_front(pretrained_workdir, tmp_path):
     glue_dir = tmp_path / "glue"
     write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(3))
@@ -122,6 +126,7 @@ def test_sequence_longer_than_the_positions_is_refused_up_front(pretrained_workd
     assert not (tmp_path / "out" / "SST-2").exists()
 
 
+@pytest.mark.slow
 def test_a_damaged_init_checkpoint_is_one_error_naming_it_and_left_in_place(
         pretrained_workdir, tmp_path):
     import shutil
@@ -137,6 +142,7 @@ def test_a_damaged_init_checkpoint_is_one_error_naming_it_and_left_in_place(
     assert metadata.exists()  # a reader never moves another run's files
 
 
+@pytest.mark.slow
 def test_duplicate_test_ids_are_found_before_fine_tuning(pretrained_workdir, tmp_path):
     import glue
 
@@ -152,6 +158,7 @@ def test_duplicate_test_ids_are_found_before_fine_tuning(pretrained_workdir, tmp
     assert not (tmp_path / "out" / "SST-2").exists()
 
 
+@pytest.mark.slow
 def test_a_missing_test_file_is_reported_not_silently_skipped(pretrained_workdir, tmp_path,
                                                              capsys):
     glue_dir = tmp_path / "glue"
@@ -183,6 +190,7 @@ def write_stsb(directory: str, rng: np.random.Generator) -> None:
             f.write("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow
 def test_eight_devices_give_the_one_device_result(pretrained_workdir, tmp_path):
     """Data parallel over 8 (fake CPU) devices: the same 20 steps, the same scores."""
     import jax

@@ -59,6 +59,7 @@ def batch():
     return ids, types, mask
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["safetensors", "pytorch_bin", "flax_msgpack"])
 def test_hidden_states_and_mlm_logits_equal_hugging_face(hf_model, tmp_path, fmt):
     if fmt == "safetensors":
@@ -104,6 +105,7 @@ def write_hf_flax_msgpack(state: dict, path) -> None:
     path.write_bytes(serialization.msgpack_serialize(tree))
 
 
+@pytest.mark.slow
 def test_missing_parameter_is_named(hf_model):
     from models.hf_import import model_config_from_hf
 

@@ -299,6 +299,7 @@ def test_ids_stored_as_uint16_and_batches_unchanged(tmp_path):
     assert ip.packing.token_dtype(65537) == np.int32
 
 
+@pytest.mark.slow
 def test_worker_processes_give_the_same_cache(tmp_path, monkeypatch):
     (tmp_path / "c.txt").write_text("\n\n".join("\n".join(sentence_lines(8, seed=d))
                                                 for d in range(150)))

@@ -15,6 +15,8 @@ import input_pipeline as ip
 from configs import pretrain
 from input_pipeline import ingest
 
+pytestmark = pytest.mark.slow  # every test starts scripts/prepare_data.py
+
 SCRIPT = REPO / "scripts" / "prepare_data.py"
 
 

@@ -148,6 +148,7 @@ def test_parse_corpus_spec():
         ip.parse_corpus_spec("hf:")
 
 
+@pytest.mark.slow
 def test_stdlib_corpus_is_english_and_trains_a_tokenizer(tmp_path):
     docs = ip.StdlibDocstrings().documents()
     chars = sum(len(s) for d in docs for s in d)

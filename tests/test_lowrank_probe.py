@@ -140,6 +140,7 @@ def test_talking_heads_mixed_logits_exceed_the_single_head_rank(heads, key_size)
     assert kept > 1e3 * probe.RANK_RTOL and dropped < 1e-3 * probe.RANK_RTOL
 
 
+@pytest.mark.slow
 def test_fit_reaches_targets_from_key_size_n_minus_one_and_not_below():
     rng = np.random.default_rng(5)
     trials, restarts = 2, 1
@@ -164,6 +165,7 @@ def test_fit_reaches_targets_from_key_size_n_minus_one_and_not_below():
     assert talking[2]["rank_fit"]["min"] == N_TOKENS - 1 and alone["rank_fit"]["max"] == 2
 
 
+@pytest.mark.slow
 def test_script_runs_end_to_end(tmp_path):
     out, doc = tmp_path / "figures", tmp_path / "LOWRANK_PROBE.md"
     cmd = [sys.executable, os.path.join(REPO, "scripts", "lowrank_probe.py"), "--n=4",
@@ -182,6 +184,7 @@ def test_script_runs_end_to_end(tmp_path):
     assert "](figures/lowrank_probe.png)" in text
 
 
+@pytest.mark.slow
 def test_script_rejects_a_narrow_width(tmp_path):
     cmd = [sys.executable, os.path.join(REPO, "scripts", "lowrank_probe.py"), "--n=6",
            "--width=4", f"--out={tmp_path}", "--doc="]

@@ -17,6 +17,8 @@ from helpers import REPO, final_params, tiny_run_args, tiny_run_config, write_ru
 
 from training.pretrain import train_and_evaluate
 
+pytestmark = pytest.mark.slow  # train.py processes and pretraining runs
+
 STEPS, HALF = 12, 6
 
 

@@ -19,6 +19,8 @@ from training.checkpoints import Checkpointer
 from training.cli import EXIT_STOPPED
 from training.pretrain import TrainingError, train_and_evaluate
 
+pytestmark = pytest.mark.slow  # train.py processes and pretraining runs
+
 STEPS = 24
 
 

@@ -103,6 +103,7 @@ def test_finished_checks_want_the_step_seeds_learning_rates_and_checkpoint(tmp_p
     assert not target.finished()  # damaged: rerun
 
 
+@pytest.mark.slow
 def test_the_command_line_decides_as_the_records_do(tmp_path):
     targets = [results.PretrainTarget(str(tmp_path / "p"), 10),
                results.GlueTarget(str(tmp_path / "g"), "MNLI", 10, (5e-5, 2e-5, 1 / 3), 3)]

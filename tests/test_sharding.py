@@ -69,6 +69,7 @@ def run_steps(config, mesh_spec, devices, num_steps=2, device_masking=False):
     return state, history
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention,sparse_final_layer",
                          [("multi_head", True), ("talking_heads", False)])
 def test_sharded_run_equals_single_device_run(attention, sparse_final_layer):
@@ -99,6 +100,7 @@ def test_sharded_run_equals_single_device_run(attention, sparse_final_layer):
     assert leaves and all(x.sharding.spec == P("fsdp", "tensor", None) for x in leaves)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mesh_spec,grad_accum", [({"data": 2, "fsdp": 2, "tensor": 2}, 1),
                                                   ({"data": 1}, 2)])
 def test_device_masking_is_the_same_on_any_mesh_and_accumulation(mesh_spec, grad_accum):
@@ -126,6 +128,7 @@ def test_mesh_shape_fills_and_rejects():
         sharding.mesh_shape({"model": 2}, 8)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_one_big_batch():
     config = small_config("multi_head")
     whole_state, whole = run_steps(config, {"data": 1}, jax.devices()[:1])

@@ -32,6 +32,7 @@ def mlm_loss_and_grads(cfg, params, ids, types, mask):
 
 
 # Every code path the final layer can take, each variant once (the suite's time budget).
+@pytest.mark.slow
 @pytest.mark.parametrize("variant,norm", [
     ("multi_head", "post"), ("multi_head_fixed_head", "pre"), ("multi_head_fused", "post"),
     ("talking_heads_hk_hv", "pre"), ("talking_heads_chunked", "post"),
@@ -49,6 +50,7 @@ def test_sparse_final_layer_equals_dense_values_and_gradients(variant, norm, rng
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), sparse[2], dense[2])
 
 
+@pytest.mark.slow
 def test_sparse_final_layer_with_remat_and_hidden_state_shape(rng):
     cfg = tiny_model_config(attention="talking_heads", remat="full", sparse_final_layer=True)
     ids, types, mask = random_batch(rng)
@@ -66,6 +68,7 @@ def test_sparse_final_layer_with_remat_and_hidden_state_shape(rng):
     np.testing.assert_allclose(full["mlm_logits"], reference["mlm_logits"], atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_labels", [1, 3])
 def test_classifier_reads_cls_from_a_sparse_final_layer(num_labels, rng):
     cfg = tiny_model_config(attention="talking_heads")

@@ -12,11 +12,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from helpers import REPO, run_script, tiny_run_args, write_run_corpus, write_sst2
 
 import glue
 from configs import grids
 from training import results
+
+pytestmark = pytest.mark.slow  # every test starts scripts/sweep.py; one is a real sweep
 
 
 def test_dry_run_prints_the_papers_parameter_counts_and_commands_and_writes_nothing(tmp_path):

@@ -18,6 +18,8 @@ import glue
 from configs import pretrain as pretrain_configs
 from training import results
 
+pytestmark = pytest.mark.slow  # every test starts scripts/tables.py
+
 
 def write_json(path, value) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)

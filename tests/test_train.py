@@ -9,9 +9,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from helpers import REPO, tiny_run_config
 
 from training.pretrain import train_and_evaluate
+
+pytestmark = pytest.mark.slow  # every test pretrains or starts train.py
 
 
 def test_loss_falls_and_tensorboard_has_the_scalars(run_corpus, tmp_path):

@@ -15,6 +15,8 @@ from training.checkpoints import Checkpointer
 from training.pretrain import TrainingError, train_and_evaluate
 from training.workdir import WorkdirBusy, WorkdirLock
 
+pytestmark = pytest.mark.slow  # every test pretrains
+
 STEPS = 10
 
 
