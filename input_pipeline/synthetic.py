@@ -16,17 +16,23 @@ Every sequence is one document of one sentence, so it packs into exactly one row
 fixed vocabulary, `vocabulary()`; the pipeline builds the tokenizer from it, no WordPiece):
 
   recall  k_1 v_1 k_2 v_2 ... k_m v_m query k_q1 a_q1 ... k_qQ a_qQ
-          m = pairs distinct keys `k0..k{keys-1}`, each followed by a value
-          `v0..v{values-1}` drawn uniformly; then Q = queries distinct keys of the list,
-          each followed by its value spelt as an answer token `a{j}` (the value `v{j}`).
+          m = pairs distinct keys `k0..k{keys-1}`, each followed by its value, m
+          distinct values of `v0..v{values-1}`; then Q = queries distinct keys of the
+          list, each followed by its value spelt as an answer token `a{j}` (for `v{j}`).
           Two hops: the answer lies one position after the matching key (the model
           must bring k_q to the answer's position, match it against the keys and read
           the next token: an induction circuit).
-  lookup  p_1 ... p_m query k_q1 a_q1 ... k_qQ a_qQ
-          as recall, but each pair is one token `k{i}v{j}`: one hop, the answer is
-          readable from the matching key's own position.
+  find    x_1 x_2 ... x_m query k0 a_0 k1 a_1 ... k{Q-1} a_{Q-1}
+          the list is a random permutation of the keys k0..k{m-1}; the queries are
+          k0, k1, ... in this order, and the answer `a{i}` is the place i (0..m-1) of
+          the queried key in the list. One hop: the answer's own position says which
+          key it asks for, and the answer is readable from the matching key's own
+          position (its position embedding); nothing has to be moved first. `keys` and
+          `values` do not apply (the keys are k0..k{m-1}).
 
-Sequence lengths with [CLS] and [SEP]: recall 2m + 2Q + 3, lookup m + 2Q + 3.
+Sequence lengths with [CLS] and [SEP]: recall 2m + 2Q + 3, find m + 2Q + 3. Chance:
+1/m for both (recall's values are distinct, so the list's values alone give no better
+guess).
 Only the answer tokens `a{j}` are to be predicted: train with
 data.mask_targets='a[0-9]+', data.mask_prob=1.0, data.mask_token_prob=1.0,
 data.random_token_prob=0.0 and data.max_predictions_per_seq=Q (every answer becomes
@@ -58,14 +64,15 @@ from input_pipeline.documents import DEFAULT_CHUNK_CHARS, Document, DocumentSink
 from input_pipeline.errors import CorpusError, InputPipelineError
 
 PREFIX = "synthetic:"
-TASKS = ("recall", "lookup")
+TASKS = ("recall", "find")
 # Parameter -> default. Sizes are counts of distinct tokens or positions.
 PARAMS = {"pairs": 16, "keys": 64, "values": 16, "queries": 4, "n": 20000, "seed": 0}
+TASK_PARAMS = {"recall": tuple(PARAMS), "find": ("pairs", "queries", "n", "seed")}
 QUERY = "query"  # the word between the list and the queries
 ANSWER_PATTERN = "a[0-9]+"  # data.mask_targets for every task
 BLOCK = 1000  # sequences drawn per generator
 # Bump when the same spec would give other text, so caches keyed on identity() rebuild.
-VERSION = 1
+VERSION = 2
 
 _USAGE = ("expected synthetic:TASK[:KEY=VALUE,...] with TASK one of "
           f"{', '.join(TASKS)} and KEY one of {', '.join(PARAMS)}")
@@ -95,14 +102,18 @@ class SyntheticCorpus:
                 raise bad(f"{name}={value!r} is not an integer")
             if value < (0 if name == "seed" else 1):
                 raise bad(f"{name}={value} must be {'>= 0' if name == 'seed' else '>= 1'}")
-        if self.keys < self.pairs:
-            raise bad(f"keys={self.keys} < pairs={self.pairs}: the keys of a list are distinct")
         if self.queries > self.pairs:
             raise bad(f"queries={self.queries} > pairs={self.pairs}: queried keys are distinct")
+        if self.task == "recall" and self.keys < self.pairs:
+            raise bad(f"keys={self.keys} < pairs={self.pairs}: the keys of a list are distinct")
+        if self.task == "recall" and self.values < self.pairs:
+            raise bad(f"values={self.values} < pairs={self.pairs}: the values of a list are "
+                      "distinct")
 
     # -- the Corpus protocol (input_pipeline.corpus) -----------------------------------
     def describe(self) -> str:
-        params = ",".join(f"{name}={getattr(self, name)}" for name in PARAMS)
+        names = TASK_PARAMS.get(self.task, PARAMS)
+        params = ",".join(f"{name}={getattr(self, name)}" for name in names)
         return f"{PREFIX}{self.task}:{params}"
 
     def identity(self) -> str:
@@ -131,30 +142,41 @@ class SyntheticCorpus:
 
     @functools.cached_property
     def _words(self) -> dict[str, np.ndarray]:
-        return {"k": np.array([f"k{i}" for i in range(self.keys)], object),
+        answers = self.values if self.task == "recall" else self.pairs
+        keys = self.keys if self.task == "recall" else self.pairs
+        return {"k": np.array([f"k{i}" for i in range(keys)], object),
                 "v": np.array([f"v{j}" for j in range(self.values)], object),
-                "a": np.array([f"a{j}" for j in range(self.values)], object),
-                "p": np.array([[f"k{i}v{j}" for j in range(self.values)]
-                               for i in range(self.keys)], object)}
+                "a": np.array([f"a{j}" for j in range(answers)], object)}
 
     def vocabulary(self) -> list[str]:
         """The tokens in id order: BERT's specials, then the task's words."""
         w = self._words
-        listed = w["v"].tolist() if self.task == "recall" else w["p"].ravel().tolist()
-        return [*tokenizer_lib.SPECIAL_TOKENS, QUERY, *w["k"].tolist(), *listed,
+        values = w["v"].tolist() if self.task == "recall" else []
+        return [*tokenizer_lib.SPECIAL_TOKENS, QUERY, *w["k"].tolist(), *values,
                 *w["a"].tolist()]
 
     def draw(self, start: int, stop: int) -> dict[str, np.ndarray]:
-        """Sequences start..stop-1 as arrays: keys [N, m], values [N, m] (ints) and
-        queried [N, Q] (indices into the list)."""
+        """Sequences start..stop-1 as arrays: keys [N, m], values [N, m] (ints; find's
+        values are the places 0..m-1) and queried [N, Q] (places in the list)."""
+        if self.task == "find":  # the place of key j is the inverse permutation at j
+            d = self._draw("find", start, stop)
+            d["queried"] = np.argsort(d["keys"], axis=1)[:, :self.queries]
+            return d
+        return self._draw("recall", start, stop)
+
+    def _draw(self, task: str, start: int, stop: int) -> dict[str, np.ndarray]:
         if not 0 <= start <= stop <= self.n:
             raise InputPipelineError(f"synthetic: sequences {start}..{stop} outside 0..{self.n}")
         parts = []
         for block in range(start // BLOCK, (stop - 1) // BLOCK + 1 if stop > start else 0):
             rng = np.random.default_rng([self.seed, block])
             size = min(BLOCK, self.n - block * BLOCK)
-            keys = np.argsort(rng.random((size, self.keys)), axis=1)[:, :self.pairs]
-            values = rng.integers(0, self.values, (size, self.pairs))
+            if task == "recall":
+                keys = np.argsort(rng.random((size, self.keys)), axis=1)[:, :self.pairs]
+                values = np.argsort(rng.random((size, self.values)), axis=1)[:, :self.pairs]
+            else:  # find: a permutation of k0..k{m-1}; the values are the places
+                keys = np.argsort(rng.random((size, self.pairs)), axis=1)
+                values = np.broadcast_to(np.arange(self.pairs), (size, self.pairs))
             queried = np.argsort(rng.random((size, self.pairs)), axis=1)[:, :self.queries]
             lo, hi = max(start - block * BLOCK, 0), min(stop - block * BLOCK, size)
             parts.append((keys[lo:hi], values[lo:hi], queried[lo:hi]))
@@ -173,7 +195,7 @@ class SyntheticCorpus:
             listed = np.stack([w["k"][d["keys"]], w["v"][d["values"]]], axis=2)
             listed = listed.reshape(len(d["keys"]), -1)
         else:
-            listed = w["p"][d["keys"], d["values"]]
+            listed = w["k"][d["keys"]]
         asked = np.stack([w["k"][d["keys"][rows, d["queried"]]],
                           w["a"][d["values"][rows, d["queried"]]]], axis=2)
         asked = asked.reshape(len(d["keys"]), -1)
@@ -198,18 +220,18 @@ class SyntheticCorpus:
 
 
 def oracle(words: Sequence[str]) -> list[str]:
-    """The answers of one sequence (recall or lookup), read off its list: the answer
-    words themselves may be hidden ([MASK] or anything else)."""
+    """The answers of one sequence of either task, read off its list by a lookup
+    table: the answer words themselves may be hidden ([MASK] or anything else)."""
     words = list(words)
     if QUERY not in words:
         raise InputPipelineError("synthetic: no 'query' word in the sequence")
     cut = words.index(QUERY)
     listed, asked = words[:cut], words[cut + 1:]
-    if listed and "v" in listed[0][1:]:  # lookup: 'k{i}v{j}' tokens
-        table = dict(word[1:].split("v") for word in listed)
-    else:  # recall: 'k{i}' 'v{j}' pairs
-        table = {k[1:]: v[1:] for k, v in zip(listed[::2], listed[1::2], strict=True)}
-    return [f"a{table[key[1:]]}" for key in asked[::2]]
+    if len(listed) > 1 and listed[1].startswith("v"):  # recall: 'k{i}' 'v{j}' pairs
+        table = {k: v[1:] for k, v in zip(listed[::2], listed[1::2], strict=True)}
+    else:  # find: the place of each key
+        table = {k: str(i) for i, k in enumerate(listed)}
+    return [f"a{table[key]}" for key in asked[::2]]
 
 
 def parse_spec(spec: str) -> SyntheticCorpus:
@@ -234,7 +256,12 @@ def parse_spec(spec: str) -> SyntheticCorpus:
         except ValueError:
             raise CorpusError(f"corpus: bad synthetic spec {spec!r}: {name}={text.strip()!r} "
                               "is not an integer") from None
-    return SyntheticCorpus(task.strip(), **params)
+    task = task.strip()
+    unused = sorted(set(params) - set(TASK_PARAMS.get(task, PARAMS)))
+    if unused:
+        raise CorpusError(f"corpus: bad synthetic spec {spec!r}: {task} takes no "
+                          f"{', '.join(unused)} (its keys: {', '.join(TASK_PARAMS[task])})")
+    return SyntheticCorpus(task, **params)
 
 
 def fixed_tokenizer(source: SyntheticCorpus, cache_dir: str | Path) -> tuple[Tokenizer, Path]:

@@ -135,13 +135,14 @@ def test_targets_must_cover_the_vocabulary():
 
 # -- the corpus --------------------------------------------------------------------------
 
-SMALL = "synthetic:{task}:pairs=6,keys=20,values=5,queries=3,n=2300,seed=7"
+SPECS = {"recall": "synthetic:recall:pairs=6,keys=20,values=9,queries=3,n=2300,seed=7",
+         "find": "synthetic:find:pairs=6,queries=3,n=2300,seed=7"}
 
 
-@pytest.mark.parametrize("task", ["recall", "lookup"])
+@pytest.mark.parametrize("task", ["recall", "find"])
 def test_the_corpus_is_a_pure_function_of_its_spec(task):
-    corpus = parse_corpus_spec(SMALL.format(task=task))
-    again = parse_corpus_spec(SMALL.format(task=task))
+    corpus = parse_corpus_spec(SPECS[task])
+    again = parse_corpus_spec(SPECS[task])
     text = [s for chunk in corpus.chunks(chunk_chars=5000) for s in chunk.sentences]
     assert text == [s for chunk in again.chunks(chunk_chars=777) for s in chunk.sentences]
     assert text == [" ".join(words) for words in corpus.sequences(0, corpus.n)]
@@ -155,15 +156,16 @@ def test_the_corpus_is_a_pure_function_of_its_spec(task):
     for key in whole:
         np.testing.assert_array_equal(part[key], whole[key][950:2100])
     assert corpus.sequences(999, 1001) == corpus.sequences(0, corpus.n)[999:1001]
-    other = parse_corpus_spec(SMALL.format(task=task).replace("seed=7", "seed=8"))
+    other = parse_corpus_spec(SPECS[task].replace("seed=7", "seed=8"))
     assert other.sequences(0, 50) != corpus.sequences(0, 50)
 
 
-@pytest.mark.parametrize("task", ["recall", "lookup"])
+@pytest.mark.parametrize("task", ["recall", "find"])
 def test_every_answer_is_recoverable_by_construction(task):
-    corpus = parse_corpus_spec(SMALL.format(task=task))
+    corpus = parse_corpus_spec(SPECS[task])
     d = corpus.draw(0, corpus.n)
     assert all(len(set(row)) == corpus.pairs for row in d["keys"])  # distinct keys
+    assert all(len(set(row)) == corpus.pairs for row in d["values"])  # distinct values
     assert all(len(set(row)) == corpus.queries for row in d["queried"])  # distinct queries
     solved = 0
     positions = corpus.answer_positions() - 1  # without [CLS]
@@ -179,7 +181,11 @@ def test_every_answer_is_recoverable_by_construction(task):
     for words in corpus.sequences(0, 500):
         for k, a in zip(words[positions[0] - 1::2], words[positions[0]::2], strict=True):
             keys_to_answers.setdefault(k, set()).add(a)
-    assert max(len(a) for a in keys_to_answers.values()) == corpus.values
+    answers = corpus.values if task == "recall" else corpus.pairs
+    assert max(len(a) for a in keys_to_answers.values()) == answers
+    if task == "find":  # the queries are k0, k1, ... in order: a slot's place names its key
+        assert all(words[positions[0] - 1::2] == [f"k{j}" for j in range(corpus.queries)]
+                   for words in corpus.sequences(0, 100))
 
 
 def test_the_spec_round_trips_and_names_every_parameter():
@@ -191,12 +197,15 @@ def test_the_spec_round_trips_and_names_every_parameter():
     assert parse_corpus_spec(" synthetic:recall".strip()) == SyntheticCorpus()
     assert parse_corpus_spec(corpus.describe()).identity() == corpus.identity()
     identities = {corpus.identity()}
-    for change in ("task=lookup", "pairs=7", "keys=65", "values=15", "queries=3", "n=19999",
+    for change in ("pairs=7", "keys=65", "values=15", "queries=3", "n=19999",
                    "seed=1"):
         name, value = change.split("=")
         changed = dataclasses.replace(corpus, **{name: value if name == "task" else int(value)})
         identities.add(changed.identity())
-    assert len(identities) == 8
+    assert len(identities) == 7
+    find = parse_corpus_spec("synthetic:find:pairs=5")
+    assert find.describe() == "synthetic:find:pairs=5,queries=4,n=20000,seed=0"
+    assert parse_corpus_spec(find.describe()) == find
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -209,7 +218,9 @@ def test_the_spec_round_trips_and_names_every_parameter():
     ("synthetic:recall:pairs=0", "pairs=0 must be >= 1"),
     ("synthetic:recall:seed=-1", "seed=-1 must be >= 0"),
     ("synthetic:recall:pairs=20,keys=8", "keys=8 < pairs=20"),
-    ("synthetic:lookup:pairs=2,queries=3", "queries=3 > pairs=2"),
+    ("synthetic:find:pairs=2,queries=3", "queries=3 > pairs=2"),
+    ("synthetic:recall:pairs=20,values=19", "values=19 < pairs=20"),
+    ("synthetic:find:keys=8,values=3", "find takes no keys, values"),
 ])
 def test_a_bad_spec_is_one_corpus_error_line(spec, message):
     with pytest.raises(CorpusError) as error:
@@ -224,9 +235,9 @@ MASKING = dict(mask_targets=ANSWER_PATTERN, mask_prob=1.0, mask_token_prob=1.0,
                random_token_prob=0.0)
 
 
-@pytest.mark.parametrize("task", ["recall", "lookup"])
+@pytest.mark.parametrize("task", ["recall", "find"])
 def test_packed_rows_are_the_sequences_and_only_the_answers_are_masked(tmp_path, task):
-    spec = SMALL.format(task=task).replace("n=2300", "n=300")
+    spec = SPECS[task].replace("n=2300", "n=300")
     corpus = parse_corpus_spec(spec)
     length = corpus.sequence_length + 3  # some padding
     data = build_pretraining_data(spec, tmp_path, max_seq_length=length, eval_fraction=0.1,
