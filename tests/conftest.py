@@ -6,16 +6,34 @@ Builders (tiny configs, corpora, GLUE folders) are in helpers.py.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 # Sharding tests need several devices; the flag must be set before jax starts.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One compilation cache for the session, shared by the workers and every train.py,
+# eval_glue.py or script a test starts: the same tiny steps are compiled once, not in
+# each process (a third off the subprocess tests). Set before jax starts; the
+# variables pass on to child processes. A run's results do not depend on it.
+_OWN_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _OWN_CACHE = tempfile.mkdtemp(prefix="bert-ablation-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
 from helpers import write_official_glue_dir, write_run_corpus  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def pytest_sessionfinish(session):
+    """The process that made the cache removes it (xdist's workers inherit it)."""
+    if _OWN_CACHE is not None and not hasattr(session.config, "workerinput"):
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 @pytest.fixture

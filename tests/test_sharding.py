@@ -69,6 +69,20 @@ def run_steps(config, mesh_spec, devices, num_steps=2, device_masking=False):
     return state, history
 
 
+_ONE_DEVICE_RUNS: dict = {}
+
+
+def one_device_run(config, device_masking=False):
+    """run_steps on one device, once per (config, masking) in a session: the multi-head
+    sharding test and the accumulation test compare against the same one-device run,
+    and both device-masking cases against its masking twin; each is trained once."""
+    key = (config.to_json(), device_masking)
+    if key not in _ONE_DEVICE_RUNS:
+        _ONE_DEVICE_RUNS[key] = run_steps(config, {"data": 1}, jax.devices()[:1],
+                                          device_masking=device_masking)
+    return _ONE_DEVICE_RUNS[key]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("attention,sparse_final_layer",
                          [("multi_head", True), ("talking_heads", False)])
@@ -76,7 +90,7 @@ def test_sharded_run_equals_single_device_run(attention, sparse_final_layer):
     assert jax.device_count() == 8, "conftest sets 8 fake CPU devices"
     config = small_config(attention)
     config.model.sparse_final_layer = sparse_final_layer
-    single_state, single = run_steps(config, {"data": 1}, jax.devices()[:1])
+    single_state, single = one_device_run(config)
     sharded_state, sharded = run_steps(config, {"data": 2, "fsdp": 2, "tensor": 2},
                                        jax.devices())
     for a, b in zip(single, sharded, strict=True):
@@ -107,8 +121,7 @@ def test_device_masking_is_the_same_on_any_mesh_and_accumulation(mesh_spec, grad
     """Masks come from each row's stream, so neither the layout nor micro-batching
     changes them: the same losses and parameters as one device, one batch."""
     config = small_config("multi_head")
-    single_state, single = run_steps(config, {"data": 1}, jax.devices()[:1],
-                                     device_masking=True)
+    single_state, single = one_device_run(config, device_masking=True)
     config.grad_accum_steps = grad_accum
     devices = jax.devices() if len(mesh_spec) > 1 else jax.devices()[:1]
     other_state, other = run_steps(config, mesh_spec, devices, device_masking=True)
@@ -131,7 +144,7 @@ def test_mesh_shape_fills_and_rejects():
 @pytest.mark.slow
 def test_gradient_accumulation_equals_one_big_batch():
     config = small_config("multi_head")
-    whole_state, whole = run_steps(config, {"data": 1}, jax.devices()[:1])
+    whole_state, whole = one_device_run(config)
     config.grad_accum_steps = 2
     accum_state, accum = run_steps(config, {"data": 1}, jax.devices()[:1])
     for a, b in zip(whole, accum, strict=True):

@@ -181,15 +181,15 @@ GRID = [
 """
 
 
-def test_local_sweep_runs_rows_end_to_end_then_skips_finished_runs(tmp_path, request):
+def test_local_sweep_runs_rows_end_to_end_then_skips_finished_runs(tmp_path):
     corpus = write_run_corpus(str(tmp_path), sst2_words=True)  # the tokenizer knows SST-2
     write_sst2(str(tmp_path / "glue" / "SST-2"), np.random.default_rng(0))
     (tmp_path / "grid.py").write_text(GRID_FILE)
     out = tmp_path / "sweep"
-    # Compiling dominates these tiny runs; pytest's cache keeps XLA's programs between
-    # sessions (the sweep's own default, OUT/jax_cache, would start empty every time).
-    cache = getattr(request.config, "cache", None)
-    jax_cache = cache.mkdir("jax_compilation_cache") if cache else tmp_path / "jax_cache"
+    # Compiling dominates these tiny runs: the session's compilation cache (conftest)
+    # holds the programs other tests' runs compiled (the sweep's own default,
+    # OUT/jax_cache, would start empty every time).
+    jax_cache = os.environ.get("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax_cache"))
     pretrain = tiny_run_args(corpus, str(tmp_path / "cache"), steps=6, log_every_steps=3,
                              eval_every_steps=6, checkpoint_every_steps=6, eval_batches=1)
     args = [f"--grid_file={tmp_path / 'grid.py'}", f"--out={out}", "--glue_tasks=sst2",
