@@ -170,6 +170,12 @@ def test_a_missing_test_file_is_reported_not_silently_skipped(pretrained_workdir
     missing = str(glue_dir / "SST-2" / "test.tsv")
     assert missing in capsys.readouterr().out
     assert results["no_submission"] == {"SST-2": f"{missing} is missing"}
+    # A later invocation on other tasks (here: absent, so skipped) keeps what the
+    # earlier one said of SST-2, and says why it skipped the others.
+    config.task = "RTE/WNLI"
+    later = finetune.run(config, str(tmp_path / "out"))
+    assert later["no_submission"] == {"SST-2": f"{missing} is missing"}
+    assert sorted(later["skipped"]) == ["RTE", "WNLI"] and "SST-2" in later["tasks"]
 
 
 def write_stsb(directory: str, rng: np.random.Generator) -> None:

@@ -38,8 +38,6 @@ from training.optimizer import make_optimizer
 from training.preemption import PreemptionFlag
 from training.workdir import WorkdirLock
 
-ALL_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
-
 
 @dataclasses.dataclass
 class Pretrained:
@@ -350,7 +348,7 @@ def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str,
 
 def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, Any]:
     """Every task of config.task on the mesh of config.mesh (over `devices`, default all)."""
-    names = ALL_TASKS if str(config.task).lower() == "all" else str(config.task).split("/")
+    names = list(glue.TASKS) if str(config.task).lower() == "all" else str(config.task).split("/")
     tasks = [glue.get_task(name) for name in names]
     os.makedirs(workdir, exist_ok=True)
     mesh_and_rules = make_mesh(config, devices)  # bad mesh or batch sizes: fail first
@@ -362,24 +360,20 @@ def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list,
          mesh_and_rules) -> dict[str, Any]:
     pretrained = load_pretrained(config)
     check_workdir_identity(workdir, pretrained, config)
-    suite = results.GlueResults(init=pretrained.source)
-    previous = results.GlueResults.read(workdir)
-    if previous is not None:
-        # Tasks fine-tuned by earlier invocations in this workdir stay in the table.
-        suite.tasks.update(previous.tasks)
+    # Tasks fine-tuned (or skipped) by earlier invocations in this workdir stay in the table.
+    suite = results.GlueResults.continued(pretrained.source, results.GlueResults.read(workdir))
     for task in tasks:
         try:
-            suite.tasks[task.name] = run_task(task, pretrained, config, workdir,
-                                              mesh_and_rules)
-            suite.skipped.pop(task.name, None)
-            missing = missing_test_files(task, config)
-            if missing:
-                suite.no_submission[task.name] = "; ".join(f"{p} is missing" for p in missing)
+            summary = run_task(task, pretrained, config, workdir, mesh_and_rules)
         except glue.GlueDataError as e:
             if len(tasks) == 1:
                 raise
             metrics.console(f"skipping {task.name}: {e}")
-            suite.skipped[task.name] = str(e)
+            suite.record(task.name, skipped=str(e))
+            continue
+        missing = missing_test_files(task, config)
+        suite.record(task.name, summary,
+                     no_submission="; ".join(f"{p} is missing" for p in missing))
     label = f"{pretrained.model_config.attention} ({pretrained.model_config.size})"
     suite.write(workdir)
     metrics.console(report.write_markdown(workdir, suite, label))

@@ -277,6 +277,28 @@ class GlueResults:
     def read(cls, workdir: str) -> GlueResults | None:
         return _read(cls, cls.path(workdir))
 
+    @classmethod
+    def continued(cls, init: str, previous: GlueResults | None) -> GlueResults:
+        """This invocation's results, starting from what earlier ones in the workdir left:
+        their tasks, skips and missing submissions stay until a task is run again."""
+        if previous is None:
+            return cls(init)
+        return cls(init, dict(previous.tasks), dict(previous.skipped),
+                   dict(previous.no_submission))
+
+    def record(self, task: str, summary: TaskSummary | None = None, skipped: str = "",
+               no_submission: str = "") -> None:
+        """Task's outcome in this invocation: a summary, or why it was skipped; replaces
+        what an earlier invocation said of the task (a skip keeps its earlier scores)."""
+        self.skipped.pop(task, None)
+        self.no_submission.pop(task, None)
+        if summary is not None:
+            self.tasks[task] = summary
+        if skipped:
+            self.skipped[task] = skipped
+        if no_submission:
+            self.no_submission[task] = no_submission
+
     def init_step(self) -> int | None:
         """The checkpoint step of `init` (PRETRAIN_WORKDIR@STEP); None for hub models."""
         _, at, step = self.init.rpartition("@")
