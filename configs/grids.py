@@ -82,5 +82,22 @@ def _cpu_rows() -> dict[str, list[Row]]:
     return {"talking_heads_cpu": th, "key_size_cpu": ks}
 
 
-GRIDS: dict[str, list[Row]] = {**_lowrank_rows(), **_talking_heads_rows(), **_cpu_rows()}
+def _synthetic_rows() -> dict[str, list[Row]]:
+    """The diagnostic task of docs/SYNTHETIC.md (scripts/synthetic_study.sh): width 64,
+    one pre-LN layer, no dropout; h = 2, 8, 32 heads take the key size 64/h from 32
+    down to 2, against about 35 positions. At 8 and 32 heads: multi-head with key size
+    32 (value size stays 64/h), the fixed head size 32 (key = value = 32), and talking
+    heads (key = value = 64/h, h x h mixing before and after the softmax)."""
+    small = {"layers": 1, "hidden": 64, "mlp": 256, "max_len": 48, "norm": "pre",
+             "dropout": 0.0, "attention_dropout": 0.0}
+    rows = [Row(f"syn_mh_h{h}", {**small, "heads": h}) for h in (2, 8, 32)]
+    for h in (8, 32):
+        rows += [Row(f"syn_mh_k32_h{h}", {**small, "heads": h, "key_size": 32}),
+                 Row(f"syn_fixed32_h{h}", {**small, "heads": h, "head_size": 32}),
+                 Row(f"syn_th_h{h}", {**small, "heads": h, "attention": "talking_heads"})]
+    return {"synthetic_find": rows}
+
+
+GRIDS: dict[str, list[Row]] = {**_lowrank_rows(), **_talking_heads_rows(), **_cpu_rows(),
+                               **_synthetic_rows()}
 ROWS: dict[str, Row] = {row.name: row for rows in GRIDS.values() for row in rows}

@@ -62,6 +62,7 @@ flags.DEFINE_multi_string("glue_overrides", [], "FIELD=VALUE, passed to eval_glu
 flags.DEFINE_string("glue_dir", None, "GLUE TSV folder; unset: nyu-mll/glue from the hub")
 flags.DEFINE_list("seeds", [], "pretraining seeds, each in RUN=OUT/ROW/seed{S}; "
                   "empty: the config's seed, RUN=OUT/ROW")
+flags.DEFINE_list("rows", [], "only these rows of the grid, in the grid's order; empty: all")
 flags.DEFINE_integer("parallel", 1, "local mode: runs at a time", lower_bound=1)
 flags.DEFINE_enum("mode", "local", ["local", "cluster"],
                   "local: run here; cluster: write run scripts and a launch list only")
@@ -430,8 +431,18 @@ def print_commands(runs: list[Run], python: str) -> None:
 
 
 # -- main --------------------------------------------------------------------------------
+def select_rows(rows: list[grids.Row], names: list[str]) -> list[grids.Row]:
+    """The rows named in `names` (all when empty), in the grid's order."""
+    unknown = sorted(set(names) - {row.name for row in rows})
+    if unknown:
+        raise ValueError(f"--rows: {', '.join(unknown)} not in the grid "
+                         f"({', '.join(row.name for row in rows)})")
+    return [row for row in rows if not names or row.name in names]
+
+
 def settings_from_flags() -> tuple[str, list[grids.Row], Settings, list[str]]:
     label, rows = sweep_grids.load_grid(FLAGS.grid, FLAGS.grid_file)
+    rows = select_rows(rows, FLAGS.rows)
     out = os.path.abspath(FLAGS.out)
     glue_dir = os.path.abspath(FLAGS.glue_dir) if FLAGS.glue_dir else None
     tasks, left_out = resolve_glue_tasks(FLAGS.glue_tasks, glue_dir)

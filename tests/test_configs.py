@@ -102,3 +102,14 @@ def test_heads_need_not_divide_width_when_both_sizes_are_set():
 def test_unknown_model_field_is_rejected():
     with pytest.raises(ConfigError, match="unknown field"):
         ModelConfig.from_config({"hidden_size": 64, "colour": "blue"})
+
+
+def test_synthetic_rows_take_the_key_size_from_32_down_to_2():
+    key_sizes = {}
+    for row in grids.GRIDS["synthetic_find"]:
+        config = ModelConfig.from_config(model_configs.get_config(f"row={row.name}").model)
+        key_sizes[row.name] = (config.num_heads, config.head_key_size, config.head_value_size)
+    assert key_sizes["syn_mh_h2"] == (2, 32, 32) and key_sizes["syn_mh_h32"] == (32, 2, 2)
+    assert key_sizes["syn_mh_k32_h32"] == (32, 32, 2)
+    assert key_sizes["syn_fixed32_h8"] == (8, 32, 32)
+    assert key_sizes["syn_th_h32"] == (32, 2, 2)

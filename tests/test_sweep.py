@@ -63,6 +63,37 @@ def test_cpu_study_script_launches_both_grids_with_one_budget(tmp_path):
     assert not out.exists()
 
 
+def test_synthetic_study_script_runs_every_row_at_three_seeds_on_the_task(tmp_path):
+    """scripts/synthetic_study.sh (docs/SYNTHETIC.md's study) stays valid."""
+    out = tmp_path / "study"
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, XLA_FLAGS="")
+    result = subprocess.run(["bash", os.path.join("scripts", "synthetic_study.sh"), str(out)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(x) for x in result.stdout.splitlines() if "train.py" in x]
+    names = [row.name for row in grids.GRIDS["synthetic_find"]]
+    assert sorted(c[c.index("--workdir") + 1] for c in commands) == sorted(
+        str(out / name / f"seed{seed}" / "pretrain") for name in names for seed in (0, 1, 2))
+    for command in commands:
+        assert "--config.data.corpus=synthetic:find:pairs=16:queries=8:n=60000:seed=0" in command
+        assert "--config.data.mask_targets=a[0-9]+" in command
+    assert "eval_glue.py" not in result.stdout
+    # ROWS runs some rows now, the rest later; a row not in the grid is one error line.
+    env["ROWS"] = "syn_th_h8,syn_mh_h2"
+    some = subprocess.run(["bash", os.path.join("scripts", "synthetic_study.sh"), str(out)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    workdirs = [c[c.index("--workdir") + 1] for c in map(shlex.split, some.stdout.splitlines())
+                if "train.py" in c]
+    assert workdirs == [str(out / row / f"seed{seed}" / "pretrain")
+                        for seed in (0, 1, 2) for row in ("syn_mh_h2", "syn_th_h8")]
+    env["ROWS"] = "syn_mh_h3"
+    bad = subprocess.run(["bash", os.path.join("scripts", "synthetic_study.sh"), str(out)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines()[-1].startswith("error: --rows: syn_mh_h3 not in")
+    assert not out.exists()
+
+
 def script_commands(path: str) -> list[list[str]]:
     """The commands of a run script: `run LOG "$PYTHON" ARGS... || ...` lines."""
     commands = []
