@@ -41,17 +41,28 @@ def test_dry_run_prints_the_papers_parameter_counts_and_commands_and_writes_noth
     assert not out.exists()
 
 
+def dry_run_study(script: str, out, **env: str) -> tuple[subprocess.CompletedProcess,
+                                                          list[list[str]]]:
+    """DRY_RUN=1 bash scripts/SCRIPT OUT: the result and its train.py commands."""
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, XLA_FLAGS="", **env)
+    result = subprocess.run(["bash", os.path.join("scripts", script), str(out)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    commands = [shlex.split(x) for x in result.stdout.splitlines() if "train.py" in x]
+    return result, commands
+
+
+def workdirs(commands: list[list[str]]) -> list[str]:
+    return [c[c.index("--workdir") + 1] for c in commands]
+
+
 def test_cpu_study_script_launches_both_grids_with_one_budget(tmp_path):
     """scripts/cpu_study.sh (docs/RESULTS.md's study) stays valid as the code changes."""
     out = tmp_path / "study"
-    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, XLA_FLAGS="")
-    result = subprocess.run(["bash", os.path.join("scripts", "cpu_study.sh"), str(out)],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    result, commands = dry_run_study("cpu_study.sh", out)
     assert result.returncode == 0, result.stderr
-    commands = [shlex.split(x) for x in result.stdout.splitlines() if "train.py" in x]
     names = [row.name for grid in ("talking_heads_cpu", "key_size_cpu")
              for row in grids.GRIDS[grid]]
-    assert [c[c.index("--workdir") + 1] for c in commands] == [
+    assert workdirs(commands) == [
         str(out / name / ("seed1/pretrain" if name.startswith("ks_") else "pretrain"))
         for name in names]
     for command in commands:
@@ -66,29 +77,20 @@ def test_cpu_study_script_launches_both_grids_with_one_budget(tmp_path):
 def test_synthetic_study_script_runs_every_row_at_three_seeds_on_the_task(tmp_path):
     """scripts/synthetic_study.sh (docs/SYNTHETIC.md's study) stays valid."""
     out = tmp_path / "study"
-    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, XLA_FLAGS="")
-    result = subprocess.run(["bash", os.path.join("scripts", "synthetic_study.sh"), str(out)],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    result, commands = dry_run_study("synthetic_study.sh", out)
     assert result.returncode == 0, result.stderr
-    commands = [shlex.split(x) for x in result.stdout.splitlines() if "train.py" in x]
     names = [row.name for row in grids.GRIDS["synthetic_find"]]
-    assert sorted(c[c.index("--workdir") + 1] for c in commands) == sorted(
+    assert sorted(workdirs(commands)) == sorted(
         str(out / name / f"seed{seed}" / "pretrain") for name in names for seed in (0, 1, 2))
     for command in commands:
         assert "--config.data.corpus=synthetic:find:pairs=16:queries=8:n=60000:seed=0" in command
         assert "--config.data.mask_targets=a[0-9]+" in command
     assert "eval_glue.py" not in result.stdout
     # ROWS runs some rows now, the rest later; a row not in the grid is one error line.
-    env["ROWS"] = "syn_th_h8,syn_mh_h2"
-    some = subprocess.run(["bash", os.path.join("scripts", "synthetic_study.sh"), str(out)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    workdirs = [c[c.index("--workdir") + 1] for c in map(shlex.split, some.stdout.splitlines())
-                if "train.py" in c]
-    assert workdirs == [str(out / row / f"seed{seed}" / "pretrain")
-                        for seed in (0, 1, 2) for row in ("syn_mh_h2", "syn_th_h8")]
-    env["ROWS"] = "syn_mh_h3"
-    bad = subprocess.run(["bash", os.path.join("scripts", "synthetic_study.sh"), str(out)],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    _, some = dry_run_study("synthetic_study.sh", out, ROWS="syn_th_h8,syn_mh_h2")
+    assert workdirs(some) == [str(out / row / f"seed{seed}" / "pretrain")
+                              for seed in (0, 1, 2) for row in ("syn_mh_h2", "syn_th_h8")]
+    bad, _ = dry_run_study("synthetic_study.sh", out, ROWS="syn_mh_h3")
     assert bad.returncode != 0
     assert bad.stderr.strip().splitlines()[-1].startswith("error: --rows: syn_mh_h3 not in")
     assert not out.exists()
