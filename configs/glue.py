@@ -8,7 +8,9 @@
 The model's architecture and tokenizer come from the pretraining workdir
 (`init_from`: its last checkpoint and tokenizer/) or from a Hugging Face BERT
 (`init_from_hf`: a hub id or a local directory with config.json, weights and
-vocab.txt). Protocol as the BERT paper: batch 32, 3 epochs, 10% warmup then
+vocab.txt). `init=scratch` trains the same architecture from fresh weights (no pretraining), and
+`insert_th=true` turns a multi-head checkpoint into talking heads whose mixing starts
+at the identity. Protocol as the BERT paper: batch 32, 3 epochs, 10% warmup then
 linear decay, the best learning rate of {5e-5, 4e-5, 3e-5, 2e-5} chosen on
 dev by the mean over seeds.
 """
@@ -29,6 +31,8 @@ GLUE_ARGS = {
     "glue_dir": "glue_dir",
     "init_from": "init_from",
     "max_train": "max_train_examples",
+    "init": "init",
+    "insert_th": "insert_talking_heads",
 }
 
 
@@ -47,6 +51,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Or a Hugging Face BERT: hub id or directory with config.json, weights, vocab.txt.
     config.init_from_hf = ml_collections.config_dict.placeholder(str)
     config.checkpoint_step = ml_collections.config_dict.placeholder(int)  # None = latest
+    # pretrained: start from the checkpoint's weights. scratch: the same architecture and
+    # tokenizer with freshly initialised weights (BERT's init, drawn per fine-tuning seed),
+    # i.e. the model without its pretraining.
+    config.init = "pretrained"
+    # Fine-tune a multi-head checkpoint as talking heads: P_l and P_w are added to every
+    # layer at the identity, so at step 0 the model computes exactly the checkpoint's
+    # function, and the mixing is then learned with the rest.
+    config.insert_talking_heads = False
     # GLUE TSV folder as download_glue_data.py leaves it; None loads nyu-mll/glue from the hub.
     config.glue_dir = ml_collections.config_dict.placeholder(str)
     config.max_seq_length = 128  # tokens per example, [CLS] and [SEP]s included

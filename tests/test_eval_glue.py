@@ -218,3 +218,88 @@ def test_eight_devices_give_the_one_device_result(pretrained_workdir, tmp_path):
     # (The correlations of such near-constant predictions are too sensitive to compare;
     # the SST-2 test above runs its lr x seed grid on all 8 devices.)
     assert set(one["tasks"]) == set(eight["tasks"]) == {"STS-B"}
+
+
+# -- the classifier question's fine-tuning variants (docs/RESULTS.md, part 3) ---------------
+@pytest.mark.slow
+def test_talking_heads_inserted_at_identity_compute_the_checkpoints_function(
+        pretrained_workdir, tmp_path):
+    """P_l = P_w = I make talking heads multi-head exactly, so the converted model's
+    encoder output equals the checkpoint's; fine-tuning then moves the mixing."""
+    import jax
+    import jax.numpy as jnp
+
+    from models import BertModel
+
+    plain = finetune.load_pretrained(glue_config(init_from=pretrained_workdir))
+    inserted = finetune.load_pretrained(glue_config(init_from=pretrained_workdir,
+                                                    insert_talking_heads=True))
+    assert plain.model_config.attention == "multi_head"
+    assert inserted.model_config.attention == "talking_heads"
+    assert inserted.source.startswith("talking heads inserted at identity: ")
+    ids = jax.random.randint(jax.random.key(0), (3, 12), 5, plain.model_config.vocab_size)
+    mask = jnp.ones_like(ids).at[0, 8:].set(0)
+    outputs = [BertModel(p.model_config).apply({"params": p.bert_params}, ids, None, mask)
+               for p in (plain, inserted)]
+    np.testing.assert_allclose(np.asarray(outputs[1][0]), np.asarray(outputs[0][0]),
+                               atol=1e-5)
+    th = inserted.bert_params["encoder"]["layer_0"]["attention"]
+    np.testing.assert_array_equal(th["logits_mixing"], np.eye(plain.model_config.num_heads))
+
+    glue_dir = tmp_path / "glue"
+    write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(7))
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
+                         max_train_examples=64, num_epochs=1.0, insert_talking_heads=True)
+    results = finetune.run(config, str(tmp_path / "out"))
+    assert results["init"] == inserted.source
+
+
+def test_insert_talking_heads_refuses_a_talking_heads_checkpoint():
+    from models import ModelConfig
+
+    config = ModelConfig(attention="talking_heads", num_layers=1, hidden_size=32,
+                         num_heads=2, mlp_dim=64)
+    with pytest.raises(ValueError, match="needs a multi_head checkpoint; ckpt is talking"):
+        finetune.with_talking_heads_at_identity(config, {}, "ckpt")
+
+
+@pytest.mark.slow
+def test_from_scratch_fine_tuning_starts_from_a_fresh_encoder(pretrained_workdir, tmp_path):
+    """init=scratch keeps the architecture and tokenizer and draws the encoder per seed:
+    at lr 1e-12 its (regression) predictions are those of the freshly initialised
+    classifier, and differ from the pretrained start's."""
+    import jax
+    import jax.numpy as jnp
+
+    import glue
+    from models import BertForSequenceClassification
+
+    glue_dir = tmp_path / "glue"
+    write_stsb(str(glue_dir / "STS-B"), np.random.default_rng(8))
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
+                         task="stsb",
+                         max_train_examples=32, num_epochs=1.0, learning_rates=(1e-12,),
+                         init="scratch")
+    scratch = finetune.load_pretrained(config)
+    assert scratch.bert_params is None and scratch.source.startswith("scratch: ")
+    task = glue.get_task("stsb")
+    data = finetune.load_task_data(task, config, scratch.tokenizer)
+    finetune.finetune_run(task, scratch, data, 1e-12, 3, config, str(tmp_path / "scratch"))
+    model = BertForSequenceClassification(scratch.model_config, task.num_labels)
+    ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
+    fresh = model.init(jax.random.key(3), ids, ids, ids)["params"]
+    test = data["test"]
+    want = model.apply({"params": fresh}, test["input_ids"], test["token_type_ids"],
+                       test["attention_mask"])
+    got = np.load(tmp_path / "scratch" / "test_predictions.npy")
+    np.testing.assert_allclose(got, np.asarray(want)[:, 0], atol=1e-5)  # STS-B: a score
+
+    config.init = "pretrained"
+    pretrained = finetune.load_pretrained(config)
+    finetune.finetune_run(task, pretrained, data, 1e-12, 3, config, str(tmp_path / "warm"))
+    warm = np.load(tmp_path / "warm" / "test_predictions.npy")
+    assert np.abs(warm - got).max() > 1e-3  # the pretrained encoder is not a fresh one
+
+    config.init = "random"
+    with pytest.raises(ValueError, match="init='random' is unknown"):
+        finetune.load_pretrained(config)

@@ -42,9 +42,12 @@ from training.workdir import WorkdirLock
 @dataclasses.dataclass
 class Pretrained:
     model_config: ModelConfig
-    bert_params: dict[str, Any]
+    bert_params: dict[str, Any] | None  # None: init=scratch, every run draws its own
     tokenizer: tokenizers.Tokenizer
     source: str  # where it came from, for results and the workdir identity check
+
+
+INITS = ("pretrained", "scratch")
 
 
 # -- loading the pretrained model ------------------------------------------------------
@@ -53,6 +56,8 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
 
     if config.init_from and config.init_from_hf:
         raise ValueError("set only one of init_from and init_from_hf")
+    if config.init not in INITS:
+        raise ValueError(f"init={config.init!r} is unknown; choose one of {', '.join(INITS)}")
     if config.init_from:
         workdir = config.init_from
         ckpt_dir = os.path.join(workdir, "checkpoints")
@@ -99,7 +104,38 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
             f"vocabulary has {model_config.vocab_size}"
         )
     check_params_fit(bert, model_config, source)
+    if config.insert_talking_heads:
+        model_config, bert = with_talking_heads_at_identity(model_config, bert, source)
+        source = f"talking heads inserted at identity: {source}"  # ends PATH@STEP
+    if config.init == "scratch":
+        # The architecture and tokenizer only: each run initialises every weight itself.
+        bert, source = None, f"scratch: architecture and tokenizer of {source}"
     return Pretrained(model_config, bert, tokenizer, source)
+
+
+def with_talking_heads_at_identity(model_config: ModelConfig, bert: dict[str, Any],
+                                   source: str) -> tuple[ModelConfig, dict[str, Any]]:
+    """A multi-head encoder as talking heads with P_l = P_w = I in every layer.
+
+    Mixing with the identity changes neither the logits nor the weights, so the new
+    model computes exactly the checkpoint's function (tests/test_eval_glue.py checks
+    it); fine-tuning then moves the mixing away from I where that helps. This is the
+    "swap the layer into a trained model" route a user takes, as opposed to pretraining
+    talking heads.
+    """
+    if model_config.attention != "multi_head":
+        raise ValueError(f"insert_talking_heads needs a multi_head checkpoint; {source} is "
+                         f"{model_config.attention}")
+    settings = dataclasses.replace(model_config.talking_heads, init="identity",
+                                   num_logit_heads=None, num_value_heads=None,
+                                   projections="both")
+    model_config = model_config.replace(attention="talking_heads", talking_heads=settings)
+    eye = np.eye(model_config.num_heads, dtype=np.float32)
+    encoder = {name: dict(layer) for name, layer in bert["encoder"].items()}
+    for layer in encoder.values():
+        layer["attention"] = {**layer["attention"], "logits_mixing": eye,
+                              "weights_mixing": eye}
+    return model_config, {**bert, "encoder": encoder}
 
 
 def check_params_fit(bert: dict[str, Any], model_config: ModelConfig, source: str) -> None:
@@ -249,8 +285,9 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
     else:
         with mesh, nn.logical_axis_rules(rules):
             state = sharded.init(jax.random.key(seed))
-        state["params"] = with_pretrained_encoder(state["params"], pretrained.bert_params,
-                                                  sharded.shardings["params"])
+        if pretrained.bert_params is not None:  # init=scratch keeps the fresh encoder
+            state["params"] = with_pretrained_encoder(
+                state["params"], pretrained.bert_params, sharded.shardings["params"])
         start = 0
     writer = metrics.MetricWriter(run_dir)
     step = 0
