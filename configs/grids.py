@@ -24,6 +24,13 @@ class Row:
     overrides: dict[str, object]
     # What the paper reports for this row (empty when it reports nothing).
     reported: dict[str, float] = dataclasses.field(default_factory=dict)
+    # configs/glue.py args of this row's fine-tuning (e.g. lr, init, insert_th); they
+    # come after the sweep's --glue_args and win over them.
+    glue: dict[str, object] = dataclasses.field(default_factory=dict)
+    # Another (earlier) row of the grid whose pretraining, at the same seed, this row
+    # fine-tunes instead of pretraining its own: rows that differ only in fine-tuning
+    # share one checkpoint. Its overrides must equal that row's.
+    pretrained_by: str | None = None
 
 
 def _lowrank_rows() -> dict[str, list[Row]]:
@@ -85,11 +92,13 @@ def _cpu_rows() -> dict[str, list[Row]]:
 def _synthetic_rows() -> dict[str, list[Row]]:
     """The diagnostic task of docs/SYNTHETIC.md (scripts/synthetic_study.sh): width 64,
     one pre-LN layer, no dropout; h = 2, 8, 32 heads take the key size 64/h from 32
-    down to 2, against about 35 positions. At 8 and 32 heads: multi-head with key size
+    down to 2, against about 47 positions. At 8 and 32 heads: multi-head with key size
     32 (value size stays 64/h), the fixed head size 32 (key = value = 32), and talking
-    heads (key = value = 64/h, h x h mixing before and after the softmax)."""
+    heads (key = value = 64/h, h x h mixing before and after the softmax). Weights start
+    at stddev 0.1: at BERT's 0.02 the attention logits start so flat that most runs sit
+    on the chance plateau for thousands of steps (docs/SYNTHETIC.md, the pilot)."""
     small = {"layers": 1, "hidden": 64, "mlp": 256, "max_len": 48, "norm": "pre",
-             "dropout": 0.0, "attention_dropout": 0.0}
+             "dropout": 0.0, "attention_dropout": 0.0, "init_std": 0.1}
     rows = [Row(f"syn_mh_h{h}", {**small, "heads": h}) for h in (2, 8, 32)]
     for h in (8, 32):
         rows += [Row(f"syn_mh_k32_h{h}", {**small, "heads": h, "key_size": 32}),

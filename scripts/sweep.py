@@ -111,7 +111,7 @@ class Run:
     row: grids.Row
     seed: int | None
     directory: str
-    pretrain: Step
+    pretrain: Step  # a pretrained_by row's is its source row's step, run by that row
     glue: tuple[Step, ...]
     model: Any  # models.ModelConfig at the config's vocabulary
     seq_len: int  # tokens per sequence (attention FLOPs depend on it)
@@ -166,12 +166,19 @@ def plan(rows: list[grids.Row], settings: Settings) -> list[Run]:
     check_user_args(settings.glue_args, _OWN_GLUE_ARGS, "glue_args")
     if settings.seeds != (None,):
         check_user_args(settings.pretrain_args, {"seed"}, "pretrain_args (with --seeds)")
-    glue_config = glue_configs.get_config(settings.glue_args)
-    overrides.apply_overrides(glue_config, list(settings.glue_overrides))
+    names = {row.name for row in rows}
+    for row in rows:
+        check_user_args(sweep_grids.glue_arg(row), _OWN_GLUE_ARGS, f"grid row {row.name}: glue")
+        if row.pretrained_by and row.pretrained_by not in names:
+            raise ValueError(f"--rows: {row.name} fine-tunes the pretraining of "
+                             f"{row.pretrained_by}; select that row too")
     runs = []
     for seed in settings.seeds:
+        planned: dict[str, Run] = {}
         for row in rows:
-            runs.append(plan_run(row, seed, settings, glue_config))
+            source = planned.get(row.pretrained_by) if row.pretrained_by else None
+            planned[row.name] = plan_run(row, seed, settings, source)
+            runs.append(planned[row.name])
     return runs
 
 
@@ -183,8 +190,14 @@ def pretrain_overrides(settings: Settings) -> list[str]:
     return [*settings.pretrain_overrides, *shared]
 
 
-def plan_run(row: grids.Row, seed: int | None, settings: Settings, glue_config) -> Run:
+def plan_run(row: grids.Row, seed: int | None, settings: Settings,
+             source: Run | None = None) -> Run:
+    """One run's steps; a row pretrained by `source` reuses that run's pretraining step."""
     from models import ModelConfig
+
+    row_glue_args = sweep_grids.join_args(settings.glue_args, sweep_grids.glue_arg(row))
+    glue_config = glue_configs.get_config(row_glue_args)
+    overrides.apply_overrides(glue_config, list(settings.glue_overrides))
 
     arg = sweep_grids.join_args(sweep_grids.row_arg(row), settings.pretrain_args,
                                 "" if seed is None else f"seed={seed}")
@@ -193,10 +206,11 @@ def plan_run(row: grids.Row, seed: int | None, settings: Settings, glue_config) 
     model = ModelConfig.from_config(config.model)  # one clear line for a bad combination
     directory = results.run_dir(settings.out, row.name, seed)
     label = row.name if seed is None else f"{row.name} seed {seed}"
-    pretrain_workdir = results.pretrain_dir(directory)
+    pretrain_workdir = (source.pretrain.workdir if source else
+                        results.pretrain_dir(directory))
     init_step = glue_config.checkpoint_step or config.num_train_steps
     learning_rates = tuple(float(lr) for lr in glue_config.learning_rates)
-    pretrain = Step(
+    pretrain = source.pretrain if source else Step(
         label=f"{label} pretrain",
         argv=("train.py", "--config", f"configs/pretrain.py:{arg}",
               "--workdir", pretrain_workdir, *(f"--config.{o}" for o in fields)),
@@ -207,7 +221,7 @@ def plan_run(row: grids.Row, seed: int | None, settings: Settings, glue_config) 
     glue_steps = []
     for task in settings.glue_tasks:
         workdir = results.glue_dir(directory, task)
-        glue_arg = sweep_grids.join_args(f"task={task}", settings.glue_args)
+        glue_arg = sweep_grids.join_args(f"task={task}", row_glue_args)
         extra = [f"--config.glue_dir={settings.glue_dir}"] if settings.glue_dir else []
         glue_steps.append(Step(
             label=f"{label} glue {task}",
@@ -274,37 +288,66 @@ def run_step(step: Step, python: str, env: dict[str, str]) -> tuple[int, float]:
 
 
 def execute(run: Run, python: str, env: dict[str, str], console: Console,
-            stop: threading.Event) -> list[Outcome]:
-    """Pretraining, then each GLUE task; a failed pretraining leaves its GLUE steps unrun."""
+            stop: threading.Event, pretrained: dict[str, threading.Event]) -> list[Outcome]:
+    """Pretraining, then each GLUE task; a failed pretraining leaves its GLUE steps unrun.
+    A pretrained_by run waits for its source's pretraining (`pretrained`, by workdir)."""
     outcomes: list[Outcome] = []
-    for step in (run.pretrain, *run.glue):
-        if stop.is_set():
-            outcomes.append(Outcome(step, "not run", detail="interrupted"))
-            continue
-        if step is not run.pretrain and outcomes[0].status in ("failed", "not run"):
-            outcomes.append(Outcome(step, "not run", detail="pretraining failed"))
-            continue
-        if step.target.finished():
-            console.print(f"[skip] {step.label}: finished ({step.target.marker})")
-            outcomes.append(Outcome(step, "skipped"))
-            continue
-        console.print(f"[run ] {step.label} (log: {step.log})")
-        code, seconds = run_step(step, python, env)
-        if code == 0:
-            console.print(f"[done] {step.label} in {seconds:.0f} s")
-            outcomes.append(Outcome(step, "finished", seconds))
-        else:
-            console.print(f"[FAIL] {step.label}: exit {code} after {seconds:.0f} s; "
-                          f"log: {step.log}")
-            outcomes.append(Outcome(step, "failed", seconds, f"exit {code}"))
+    try:
+        for step in (run.pretrain, *run.glue):
+            if step is run.pretrain and run.row.pretrained_by:
+                outcomes.append(wait_for_source(run, pretrained[step.workdir], console, stop))
+                continue
+            if stop.is_set():
+                outcomes.append(Outcome(step, "not run", detail="interrupted"))
+                continue
+            if step is not run.pretrain and outcomes[0].status in ("failed", "not run"):
+                outcomes.append(Outcome(step, "not run", detail="pretraining failed"))
+                continue
+            if step.target.finished():
+                console.print(f"[skip] {step.label}: finished ({step.target.marker})")
+                outcomes.append(Outcome(step, "skipped"))
+            else:
+                outcomes.append(run_and_report(step, python, env, console))
+            if step is run.pretrain:
+                pretrained[step.workdir].set()
+    finally:
+        if not run.row.pretrained_by:  # whatever happened, nobody waits on it for ever
+            pretrained[run.pretrain.workdir].set()
     return outcomes
+
+
+def wait_for_source(run: Run, done: threading.Event, console: Console,
+                    stop: threading.Event) -> Outcome:
+    """The shared pretraining, once its own run has finished (or failed) it."""
+    while not done.wait(timeout=1.0):
+        if stop.is_set():
+            return Outcome(run.pretrain, "not run", detail="interrupted")
+    if run.pretrain.target.finished():
+        console.print(f"[skip] {run.row.name} pretrain: shared with {run.row.pretrained_by}")
+        return Outcome(run.pretrain, "skipped")
+    return Outcome(run.pretrain, "not run", detail=f"{run.row.pretrained_by}'s pretraining "
+                                                   f"did not finish")
+
+
+def run_and_report(step: Step, python: str, env: dict[str, str], console: Console) -> Outcome:
+    console.print(f"[run ] {step.label} (log: {step.log})")
+    code, seconds = run_step(step, python, env)
+    if code == 0:
+        console.print(f"[done] {step.label} in {seconds:.0f} s")
+        return Outcome(step, "finished", seconds)
+    console.print(f"[FAIL] {step.label}: exit {code} after {seconds:.0f} s; log: {step.log}")
+    return Outcome(step, "failed", seconds, f"exit {code}")
 
 
 def run_local(runs: list[Run], settings: Settings, parallel: int, python: str) -> int:
     """Runs everything; returns the number of failed steps."""
     console, env, stop = Console(), child_env(settings), threading.Event()
+    # Set once a pretraining step has an outcome. Sources come before the rows they
+    # pretrain, and the pool starts runs in order, so a waiting run never holds the
+    # worker its source needs.
+    pretrained = {r.pretrain.workdir: threading.Event() for r in runs}
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=parallel)
-    futures = [pool.submit(execute, r, python, env, console, stop) for r in runs]
+    futures = [pool.submit(execute, r, python, env, console, stop, pretrained) for r in runs]
     try:
         results = [f.result() for f in futures]
     except KeyboardInterrupt:
@@ -367,6 +410,12 @@ def run_script(run: Run, settings: Settings, python: str) -> str:
     for step, on_failure in ((run.pretrain, "exit 1"), *((s, "status=1") for s in run.glue)):
         command = " ".join(q(a) for a in step.argv)
         check = " ".join(q(a) for a in ("-m", "training.results", *step.target.cli_args()))
+        if step is run.pretrain and run.row.pretrained_by:  # never two jobs on one workdir
+            waiting = q(f"{label}: the pretraining of {run.row.pretrained_by} has not "
+                        f"finished; run its run.sh first")
+            lines.append(f"if ! \"$PYTHON\" {check}; then\n"
+                         f"  echo {waiting} >&2\n  exit 1\nfi\n")
+            continue
         lines.append(f"if ! \"$PYTHON\" {check}; then\n"
                      f"  run {q(step.log)} \"$PYTHON\" {command} || {on_failure}\n"
                      f"else\n  echo {q(f'[skip] {step.label}: finished')}\nfi\n")
@@ -426,7 +475,9 @@ def print_stats(runs: list[Run], settings: Settings) -> None:
 
 def print_commands(runs: list[Run], python: str) -> None:
     for run in runs:
-        for step in (run.pretrain, *run.glue):
+        if run.row.pretrained_by:
+            print(f"# {run.row.name}: fine-tunes {run.pretrain.label}")
+        for step in (*(() if run.row.pretrained_by else (run.pretrain,)), *run.glue):
             print(f"# {step.label}\n{shlex.join([python, *step.argv])}")
 
 

@@ -7,10 +7,14 @@ A grid file is a Python file defining
 
   GRID = [{"name": "mh_h8", "overrides": {"size": "mini", "heads": 8}},
           {"name": "th_h8", "overrides": {"size": "mini", "heads": 8,
-                                          "attention": "talking_heads"}}]
+                                          "attention": "talking_heads"}},
+          {"name": "mh_h8_lr1e-4", "overrides": {"size": "mini", "heads": 8},
+           "glue": {"lr": 1e-4}, "pretrained_by": "mh_h8"}]
 
 (or `configs.grids.Row` objects); overrides take the keys of configs/pretrain.py's
-arg (model keys such as heads, key_size, attention, and run keys such as lr).
+arg (model keys such as heads, key_size, attention, and run keys such as lr); glue
+takes configs/glue.py's args for the row's fine-tuning; pretrained_by names an
+earlier row whose checkpoint the row fine-tunes instead of pretraining its own.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def load_grid(name: str | None, path: str | None) -> tuple[str, list[grids.Row]]
     if name:
         if name not in grids.GRIDS:
             raise ValueError(f"--grid={name!r} is unknown; choose one of {sorted(grids.GRIDS)}")
-        return name, list(grids.GRIDS[name])
+        return name, check_rows(list(grids.GRIDS[name]))
     return os.path.abspath(path), load_grid_file(path)
 
 
@@ -61,28 +65,50 @@ def as_row(entry: Any, where: str) -> grids.Row:
         return entry
     if not isinstance(entry, dict) or "name" not in entry:
         raise ValueError(f"{where} must be a configs.grids.Row or a dict with 'name'")
-    unknown = sorted(set(entry) - {"name", "overrides", "reported"})
+    allowed = [f.name for f in dataclasses.fields(grids.Row)]
+    unknown = sorted(set(entry) - set(allowed))
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: name, overrides, reported")
+        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {', '.join(allowed)}")
     return grids.Row(str(entry["name"]), dict(entry.get("overrides") or {}),
-                     dict(entry.get("reported") or {}))
+                     dict(entry.get("reported") or {}), dict(entry.get("glue") or {}),
+                     entry.get("pretrained_by"))
 
 
 def check_rows(rows: list[grids.Row]) -> list[grids.Row]:
-    """Unique names that are safe as directory names; override keys configs/pretrain.py knows."""
+    """Unique names that are safe as directory names; override keys configs/pretrain.py
+    knows, glue keys configs/glue.py knows; a pretrained_by row earlier in the grid."""
+    from configs import glue as glue_configs
+
     allowed = set(model_configs.MODEL_ARGS) | set(pretrain_configs.PRETRAIN_ARGS)
-    seen: set[str] = set()
+    seen: dict[str, grids.Row] = {}
     for row in rows:
         if not _NAME.fullmatch(row.name) or results.SEED_DIR.fullmatch(row.name):
             raise ValueError(f"row name {row.name!r}: use letters, digits, '_', '.', '+', '-'")
         if row.name in seen:
             raise ValueError(f"row name {row.name!r} appears twice")
-        seen.add(row.name)
         unknown = sorted(set(row.overrides) - allowed)
         if unknown:
             raise ValueError(f"row {row.name}: unknown override(s) {unknown}; "
                              f"allowed: {', '.join(sorted(allowed))}")
+        unknown = sorted(set(row.glue) - set(glue_configs.GLUE_ARGS))
+        if unknown:
+            raise ValueError(f"row {row.name}: unknown glue arg(s) {unknown}; "
+                             f"allowed: {', '.join(sorted(glue_configs.GLUE_ARGS))}")
+        check_pretrained_by(row, seen)
+        seen[row.name] = row
     return rows
+
+
+def check_pretrained_by(row: grids.Row, earlier: dict[str, grids.Row]) -> None:
+    source = earlier.get(row.pretrained_by) if row.pretrained_by else None
+    if row.pretrained_by is None:
+        return
+    if source is None or source.pretrained_by:
+        raise ValueError(f"row {row.name}: pretrained_by={row.pretrained_by!r} must name an "
+                         f"earlier row of the grid that pretrains itself")
+    if source.overrides != row.overrides:
+        raise ValueError(f"row {row.name}: its overrides must equal those of "
+                         f"{source.name}, whose pretraining it fine-tunes")
 
 
 def row_arg(row: grids.Row) -> str:
@@ -100,6 +126,11 @@ def format_value(value: object) -> str:
         raise ValueError(f"override value {text!r} cannot be passed in a comma arg; "
                          f"use --pretrain_overrides instead")
     return text
+
+
+def glue_arg(row: grids.Row) -> str:
+    """The row's own configs/glue.py args as an ARG string (after the sweep's, so they win)."""
+    return ",".join(f"{k}={format_value(v)}" for k, v in row.glue.items())
 
 
 def join_args(*parts: str) -> str:

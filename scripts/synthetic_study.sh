@@ -11,29 +11,29 @@
 # Every run trains on the same corpus (its seed is part of the spec); the pretraining
 # seed changes the initialisation, the batch order and nothing else. Only the answers
 # are masked, always with [MASK], so the eval accuracy is the accuracy on the masked
-# answers of held-out sequences (chance 1/16). Rerunning skips finished runs.
+# answers of held-out sequences (chance 1/32). Rerunning skips finished runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/synthetic_find}
 RESULTS=${2:-docs/results/synthetic_find}
 PYTHON=${PYTHON:-python}
-STEPS=${STEPS:-4000}
+STEPS=${STEPS:-1000}
 
 COMMON=(
   --out "$OUT" --parallel 2 --seeds 0,1,2 --glue_tasks none
   --pretrain_args "steps=$STEPS,batch=64,seq_len=48,lr=3e-3"
-  --pretrain_overrides "data.corpus=synthetic:find:pairs=16:queries=8:n=60000:seed=0"
+  --pretrain_overrides "data.corpus=synthetic:find:pairs=32:queries=6:n=60000:seed=0"
   --pretrain_overrides "data.mask_targets=a[0-9]+"
   --pretrain_overrides data.mask_prob=1.0
   --pretrain_overrides data.mask_token_prob=1.0
   --pretrain_overrides data.random_token_prob=0.0
-  --pretrain_overrides data.max_predictions_per_seq=8
+  --pretrain_overrides data.max_predictions_per_seq=6
   --pretrain_overrides data.eval_fraction=0.05
-  --pretrain_overrides optimizer.warmup_steps=200
+  --pretrain_overrides optimizer.warmup_steps=100
   --pretrain_overrides model.sparse_final_layer=false
   --pretrain_overrides eval_batches=8
-  --pretrain_overrides "eval_every_steps=$((STEPS / 8))"
-  --pretrain_overrides log_every_steps=500
+  --pretrain_overrides "eval_every_steps=$((STEPS / 20))"
+  --pretrain_overrides "log_every_steps=$((STEPS / 4))"
   --pretrain_overrides "checkpoint_every_steps=$STEPS"
 )
 if [[ -n "${DRY_RUN:-}" ]]; then COMMON+=(--dry_run); fi
@@ -48,4 +48,4 @@ if [[ -n "${ROWS:-}" ]]; then  # the pairs among the rows that ran
           'index(rows, ","$1",") && index(rows, ","$2",")' | paste -sd, -)
 fi
 "$PYTHON" scripts/tables.py --out "$OUT" --grid synthetic_find --tables_dir "$RESULTS" \
-    --plots "$RESULTS" ${PAIRS:+--pairs "$PAIRS"}
+    --plots "$RESULTS" ${PAIRS:+--pairs "$PAIRS"} --steps_to "eval_accuracy>=0.99"

@@ -64,6 +64,7 @@ from training.results import (
     pretrain_dir,
     read_quietly,
     read_run_config,
+    run_dir,
     run_glue_tasks,
 )
 
@@ -80,6 +81,9 @@ flags.DEFINE_string("baseline", None, "compare every row with this one")
 flags.DEFINE_enum("test", "t", ["t", "wilcoxon"], "the paired test behind the verdict")
 flags.DEFINE_float("alpha", 0.05, "significance level")
 flags.DEFINE_integer("bootstrap", 10_000, "bootstrap resamples of the seed pairs")
+flags.DEFINE_list("steps_to", [], "TAG>=VALUE or TAG<=VALUE: a column with the first "
+                  "pretraining step whose TensorBoard scalar TAG reaches VALUE, e.g. "
+                  "eval_accuracy>=0.99 (how fast a row learns, when all end at the same level)")
 flags.mark_flag_as_required("out")
 
 # Paper number -> (its column, the column of ours it stands beside; None: at the end).
@@ -96,6 +100,7 @@ class SeedRun:
 
     seed: int | None
     directory: str
+    pretrain: str  # its pretraining workdir (a pretrained_by row's is its source's)
     mlm: FinalMetrics | None  # pretrain/final_metrics.json; None until pretraining finished
     glue: dict[str, dict[int, float]]  # score name -> {fine-tuning seed: main dev score}
     config: dict[str, Any] | None  # pretrain/config.json
@@ -130,8 +135,9 @@ def read_glue(run_directory: str) -> dict[str, dict[int, float]]:
 def read_row(out: str, row: grids.Row) -> RowResult:
     runs = []
     for seed, directory in list_runs(out, row.name):
-        pretrain = pretrain_dir(directory)
-        runs.append(SeedRun(seed, directory, read_quietly(FinalMetrics, pretrain),
+        pretrain = pretrain_dir(run_dir(out, row.pretrained_by, seed) if row.pretrained_by
+                                else directory)
+        runs.append(SeedRun(seed, directory, pretrain, read_quietly(FinalMetrics, pretrain),
                             read_glue(directory), read_run_config(pretrain)))
     return RowResult(row, runs)
 
@@ -186,11 +192,38 @@ def load_rows(out: str, grid: str | None,
 @dataclasses.dataclass(frozen=True)
 class Metric:
     name: str  # column name
-    kind: str  # mlm | task | average
-    key: str = ""  # final_metrics.json key (mlm) or GLUE score name (task)
+    kind: str  # mlm | task | average | steps_to
+    key: str = ""  # final_metrics.json key (mlm), GLUE score name (task), scalar (steps_to)
     higher_is_better: bool = True
     scale: float = 1.0
     digits: int = 1
+    threshold: float | None = None  # steps_to: the level the scalar must reach
+    at_least: bool = True  # steps_to: reach means >= threshold (else <=)
+
+
+def parse_steps_to(spec: str) -> Metric:
+    """'eval_accuracy>=0.99' -> the steps_to metric (lower is better)."""
+    for op, at_least in ((">=", True), ("<=", False)):
+        tag, sep, value = spec.partition(op)
+        if sep and tag.strip():
+            try:
+                threshold = float(value)
+            except ValueError:
+                break
+            return Metric(f"steps to {tag.strip()}{op}{threshold:g}", "steps_to", tag.strip(),
+                          higher_is_better=False, digits=0, threshold=threshold,
+                          at_least=at_least)
+    raise ValueError(f"--steps_to {spec!r}: use TAG>=VALUE or TAG<=VALUE, "
+                     f"e.g. eval_accuracy>=0.99")
+
+
+def first_step_reaching(curve: dict[int, float], metric: Metric) -> float | None:
+    """The first logged step at which the scalar reached the threshold; None: never."""
+    for step in sorted(curve):
+        value = curve[step]
+        if (value >= metric.threshold) if metric.at_least else (value <= metric.threshold):
+            return float(step)
+    return None
 
 
 MLM_METRICS = (
@@ -228,7 +261,10 @@ def average(scores: dict[str, float], tasks: list[str]) -> float:
 
 
 def pretrain_value(run: SeedRun, metric: Metric, averaged: list[str]) -> float | None:
-    """The run's number: MLM as is, GLUE as the mean over fine-tuning seeds."""
+    """The run's number: MLM as is, GLUE as the mean over fine-tuning seeds, steps_to
+    from the pretraining's TensorBoard events (None for a run that never got there)."""
+    if metric.kind == "steps_to":
+        return first_step_reaching(scalar_curve(run.pretrain, metric.key), metric)
     if metric.kind == "mlm":
         value = run.mlm.metric(metric.key) if run.mlm else None
         return None if value is None else value * metric.scale
@@ -273,7 +309,7 @@ def row_stat(result: RowResult, metric: Metric, averaged: list[str]) -> Stat:
     """Spread over pretraining seeds if there are two, else over fine-tuning seeds."""
     values = [(r, pretrain_value(r, metric, averaged)) for r in result.runs]
     values = [(r, v) for r, v in values if v is not None]
-    if len(values) == 1 and metric.kind != "mlm":
+    if len(values) == 1 and metric.kind not in ("mlm", "steps_to"):
         scores = finetune_values(values[0][0], metric, averaged)
         if len(scores) > 1:
             return Stat(tuple(scores.values()), "fine-tuning seeds")
@@ -328,7 +364,7 @@ def paired_values(a: RowResult, b: RowResult, metric: Metric, averaged: list[str
     by_pretrain = [(s, pretrain_value(a.run(s), metric, averaged),
                     pretrain_value(b.run(s), metric, averaged)) for s in common]
     by_pretrain = [x for x in by_pretrain if x[1] is not None and x[2] is not None]
-    if len(by_pretrain) >= 2 or metric.kind == "mlm" or not by_pretrain:
+    if len(by_pretrain) >= 2 or metric.kind in ("mlm", "steps_to") or not by_pretrain:
         seeds, va, vb = zip(*by_pretrain, strict=True) if by_pretrain else ((), (), ())
         return "pretraining seeds", list(seeds), list(va), list(vb)
     seed = by_pretrain[0][0]
@@ -424,6 +460,13 @@ def describe(result: RowResult) -> dict[str, str]:
 
 
 
+def finetuning_cell(row: grids.Row) -> str:
+    """The row's own fine-tuning args, and whose checkpoint it fine-tunes."""
+    args = ", ".join(f"{k}={v}" for k, v in row.glue.items())
+    source = f"checkpoint of {row.pretrained_by}" if row.pretrained_by else ""
+    return "; ".join(x for x in (args, source) if x) or "-"
+
+
 def seeds_cell(result: RowResult) -> str:
     pretrain = sum(1 for r in result.runs if r.mlm is not None or r.glue)
     finetune = max((len(s) for r in result.runs for s in r.glue.values()), default=0)
@@ -439,6 +482,8 @@ def markdown_table(table: Table) -> str:
         if "params_m" in papers:
             cells["params @30522"] = (sweep_grids.millions(r.params_paper_vocab)
                                       if r.params_paper_vocab else "-")
+        if any(x.row.glue or x.row.pretrained_by for x in table.results):
+            cells["fine-tuning"] = finetuning_cell(r.row)
         cells["seeds (pt×ft)"] = seeds_cell(r)
         cells |= {m.name: cell(table.stat(r, m), m.digits) for m in table.metrics}
         columns = list(cells)
@@ -518,7 +563,8 @@ def significance_csv(tests: list[PairedTest], test: str, alpha: float) -> str:
     return buffer.getvalue()
 
 
-def notes(results: list[RowResult], averaged: list[str], test: str, alpha: float) -> str:
+def notes(results: list[RowResult], averaged: list[str], test: str, alpha: float,
+          metrics: tuple[Metric, ...] = ()) -> str:
     lines = [
         "Parameters without the MLM head at the run's vocabulary; GFLOPs: forward encoder "
         "per token at the run's sequence length. GLUE: main dev score at the best learning "
@@ -526,6 +572,10 @@ def notes(results: list[RowResult], averaged: list[str], test: str, alpha: float
         "fine-tuning seeds), or over fine-tuning seeds for rows with one pretraining seed; "
         "seeds (pt×ft) counts both.",
     ]
+    if any(m.kind == "steps_to" for m in metrics):
+        lines.append("steps to: the first evaluated pretraining step at which the scalar "
+                     "reached the level (resolution: the eval interval); a seed that never "
+                     "reached it is left out of that cell and its pairs, so compare n.")
     if len(averaged) > 1:
         lines.append(f"Average over {', '.join(averaged)} (the tasks every row has; no WNLI).")
     if any(r.row.reported for r in results):
@@ -610,7 +660,9 @@ def plot_loss_curves(results: list[RowResult], path: str) -> bool:
     drawn = False
     for r in results:
         for ax, tag in zip(axes, ("loss", "eval_loss"), strict=True):
-            curves = [scalar_curve(pretrain_dir(run.directory), tag) for run in r.runs]
+            if r.row.pretrained_by:
+                continue  # its source row draws these curves
+            curves = [scalar_curve(run.pretrain, tag) for run in r.runs]
             curves = [c for c in curves if c]
             if not curves:
                 continue
@@ -646,14 +698,17 @@ def write_plots(table: Table, directory: str) -> list[str]:
 
 
 # -- main --------------------------------------------------------------------------------
-def collect(out: str, grid: str | None = None, grid_file: str | None = None) -> Table:
-    """Reads every row's runs and builds its model statistics."""
+def collect(out: str, grid: str | None = None, grid_file: str | None = None,
+            steps_to: tuple[Metric, ...] = ()) -> Table:
+    """Reads every row's runs and builds its model statistics; `steps_to` columns follow
+    the MLM ones."""
     label, rows, manifest = load_rows(out, grid, grid_file)
     results = [read_row(out, row) for row in rows]
     paper_vocab = any("params_m" in row.reported for row in rows)
     for result in results:
         add_model_stats(result, manifest, paper_vocab)
     metrics, averaged = build_metrics(results)
+    metrics[len(MLM_METRICS):len(MLM_METRICS)] = list(steps_to)
     return Table(label, results, metrics, averaged)
 
 
@@ -666,7 +721,7 @@ def render(table: Table, pairs: list[tuple[str, str]], test: str, alpha: float,
                     "(scripts/sweep.py --seeds, or configs/glue.py seeds=) to test differences.")
     markdown = (f"# {table.label}\n\n{markdown_table(table)}\n\n"
                 f"## Paired differences (B − A)\n\n{significance}\n\n"
-                f"{notes(table.results, table.averaged, test, alpha)}\n")
+                f"{notes(table.results, table.averaged, test, alpha, tuple(table.metrics))}\n")
     return markdown, csv_table(table), significance_csv(tests, test, alpha)
 
 
@@ -681,7 +736,8 @@ def main(argv: list[str]) -> None:
             raise ValueError(f"--out={out}: no such directory")
         if formats - {"md", "csv"}:
             raise ValueError(f"--format={','.join(FLAGS.format)}: use md and/or csv")
-        table = collect(out, FLAGS.grid, FLAGS.grid_file)
+        steps_to = tuple(parse_steps_to(spec) for spec in FLAGS.steps_to)
+        table = collect(out, FLAGS.grid, FLAGS.grid_file, steps_to)
         names = {r.row.name for r in table.results}
         if FLAGS.baseline and FLAGS.baseline not in names:
             raise ValueError(f"--baseline={FLAGS.baseline} is not a row ({sorted(names)})")

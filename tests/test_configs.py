@@ -113,3 +113,21 @@ def test_synthetic_rows_take_the_key_size_from_32_down_to_2():
     assert key_sizes["syn_mh_k32_h32"] == (32, 32, 2)
     assert key_sizes["syn_fixed32_h8"] == (8, 32, 32)
     assert key_sizes["syn_th_h32"] == (32, 2, 2)
+    assert {ModelConfig.from_config(model_configs.get_config(f"row={r.name}").model)
+            .initializer_range for r in grids.GRIDS["synthetic_find"]} == {0.1}
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([grids.Row("b", {}, pretrained_by="a"), grids.Row("a", {})],
+     "row b: pretrained_by='a' must name an earlier row"),
+    ([grids.Row("a", {"heads": 2}), grids.Row("b", {}, pretrained_by="a")],
+     "row b: its overrides must equal those of a"),
+    ([grids.Row("a", {}), grids.Row("b", {}, pretrained_by="a"),
+      grids.Row("c", {}, pretrained_by="b")], "row c: pretrained_by='b' must name an earlier"),
+    ([grids.Row("a", {}, glue={"learning_rate": 1e-4})], "row a: unknown glue arg(s)"),
+])
+def test_rows_that_share_a_pretraining_are_checked(rows, message):
+    from scripts import sweep_grids
+
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        sweep_grids.check_rows(rows)

@@ -210,6 +210,10 @@ GRID = [
     Row("ks16", {"size": "micro", "key_size": 16}),
     # Fails in train.py (sequence 32 > 16 positions): the sweep must go on without it.
     {"name": "broken", "overrides": {"size": "micro", "max_len": 16}},
+    # Fine-tunes mh's checkpoint as talking heads inserted at identity: no pretraining
+    # of its own (the sweep waits for mh's), its own GLUE folder.
+    {"name": "mh_th", "overrides": {"size": "micro"}, "glue": {"insert_th": True},
+     "pretrained_by": "mh"},
 ]
 """
 
@@ -240,6 +244,11 @@ def test_local_sweep_runs_rows_end_to_end_then_skips_finished_runs(tmp_path):
     assert "[FAIL] broken pretrain: exit 1" in first.stdout and str(broken_log) in first.stdout
     assert "exceeds model.max_position_embeddings=16" in broken_log.read_text()
     assert "not run: broken glue SST-2 (pretraining failed)" in first.stdout
+    assert "[skip] mh_th pretrain: shared with mh" in first.stdout
+    assert not (out / "mh_th" / "pretrain").exists()
+    inserted = json.loads((out / "mh_th" / "glue" / "SST-2" / "results.json").read_text())
+    assert inserted["init"] == (f"talking heads inserted at identity: "
+                                f"{out / 'mh' / 'pretrain'}@6")
     logs = []
     for row in ("mh", "ks16"):
         final = json.loads((out / row / "pretrain" / "final_metrics.json").read_text())
@@ -256,7 +265,8 @@ def test_local_sweep_runs_rows_end_to_end_then_skips_finished_runs(tmp_path):
     assert second.returncode == 1
     for label in ("mh pretrain", "mh glue SST-2", "ks16 pretrain", "ks16 glue SST-2"):
         assert f"[skip] {label}: finished" in second.stdout
-    assert "sweep: 0 finished, 4 skipped, 1 failed, 1 not run" in second.stdout
+    assert "[skip] mh_th glue SST-2: finished" in second.stdout
+    assert "sweep: 0 finished, 6 skipped, 1 failed, 1 not run" in second.stdout
     assert [(log.stat().st_mtime_ns, log.stat().st_size) for log in logs] == before
 
     tables = run_script("tables.py", [f"--out={out}"])
@@ -264,4 +274,10 @@ def test_local_sweep_runs_rows_end_to_end_then_skips_finished_runs(tmp_path):
     row = next(x for x in tables.stdout.splitlines() if x.startswith("| ks16 |"))
     assert "| multi_head | 2 | 16 | 16 |" in row
     score = json.loads((out / "ks16" / "glue" / "SST-2" / "results.json").read_text())
+    assert f"| {score['tasks']['SST-2']['main']['SST-2']:.1f} |" in row
+    row = next(x for x in tables.stdout.splitlines() if x.startswith("| mh_th |"))
+    mlm = json.loads((out / "mh" / "pretrain" / "final_metrics.json").read_text())
+    assert "| insert_th=True; checkpoint of mh |" in row  # mh's pretraining, its own GLUE
+    assert f"| {mlm['eval_loss']:.3f} |" in row
+    score = json.loads((out / "mh_th" / "glue" / "SST-2" / "results.json").read_text())
     assert f"| {score['tasks']['SST-2']['main']['SST-2']:.1f} |" in row

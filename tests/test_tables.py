@@ -145,3 +145,35 @@ def test_tables_with_one_pretraining_seed_pair_fine_tuning_seeds_by_id(tmp_path)
     assert float(t["p_ttest_rel"]) == pytest.approx(scipy.stats.ttest_rel(pb, pa).pvalue)
     assert t["verdict"] == ("big_key better" if scipy.stats.ttest_rel(pb, pa).pvalue < 0.05
                             else "no clear difference")
+
+
+def test_steps_to_a_level_from_the_eval_curves_with_paired_tests(tmp_path):
+    """--steps_to eval_accuracy>=0.99: the first eval step at the level, per seed; a seed
+    that never gets there is left out (n), and pairs compare the seeds both reached."""
+    from tensorboardX import SummaryWriter
+
+    out = tmp_path / "sweep"
+    reach = {"th_cpu_mh_h4": {0: 300, 1: 500, 2: None}, "th_cpu_th_h4": {0: 200, 1: 300, 2: 400}}
+    for row, by_seed in reach.items():
+        for seed, step in by_seed.items():
+            run = out / row / f"seed{seed}"
+            fake_run(run, f"row={row}", seed, 3.0, {})
+            writer = SummaryWriter(str(run / "pretrain"))
+            for s in range(100, 700, 100):
+                writer.add_scalar("eval_accuracy", 1.0 if step and s >= step else 0.5, s)
+            writer.close()
+    result = run_script("tables.py", [f"--out={out}", "--grid=talking_heads_cpu",
+                                      "--steps_to=eval_accuracy>=0.99", "--format=md,csv"])
+    assert result.returncode == 0, result.stderr
+    table = {r["row"]: r for r in read_csv(out / "table.csv")}
+    column = "steps to eval_accuracy>=0.99"
+    assert float(table["th_cpu_th_h4"][f"{column} mean"]) == pytest.approx(300.0)
+    assert table["th_cpu_mh_h4"][f"{column} n"] == "2"  # seed 2 never reached it
+    assert float(table["th_cpu_mh_h4"][f"{column} mean"]) == pytest.approx(400.0)
+    tests = {(t["a"], t["b"], t["metric"]): t for t in read_csv(out / "significance.csv")}
+    t = tests[("th_cpu_mh_h4", "th_cpu_th_h4", column)]
+    assert t["seeds"] == "0 1" and float(t["mean_diff_b_minus_a"]) == pytest.approx(-150.0)
+    assert "never reached it" in (out / "table.md").read_text()
+
+    bad = run_script("tables.py", [f"--out={out}", "--steps_to=eval_accuracy=0.99"])
+    assert bad.returncode != 0 and "--steps_to 'eval_accuracy=0.99'" in bad.stderr
