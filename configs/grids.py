@@ -107,6 +107,41 @@ def _synthetic_rows() -> dict[str, list[Row]]:
     return {"synthetic_find": rows}
 
 
+# Real text at CPU scale (docs/RESULTS.md, part 2): BERT's post-LN blocks at width 64,
+# 2 layers, 64 positions, so that every row gets 1 nat below the unigram loss within a
+# budget that fits three pretraining seeds per row on 2 cores (the pilot is in the doc).
+TEXT_SMALL = {"layers": 2, "hidden": 64, "mlp": 256, "max_len": 64}
+
+
+def _text_rows() -> dict[str, list[Row]]:
+    """Part 2: multi-head vs talking heads at 8 heads (key size 8), and the low-rank
+    paper's fixes at the same heads: key size 32, and the fixed head size 32."""
+    text = [Row("txt_mh_h8", {**TEXT_SMALL, "heads": 8}),
+            Row("txt_th_h8", {**TEXT_SMALL, "heads": 8, "attention": "talking_heads"}),
+            Row("txt_mh_k32_h8", {**TEXT_SMALL, "heads": 8, "key_size": 32}),
+            Row("txt_fixed32_h8", {**TEXT_SMALL, "heads": 8, "head_size": 32})]
+    return {"text_small": text, "classifier_question": _classifier_rows(text[0], text[1])}
+
+
+def _classifier_rows(mh: Row, th: Row) -> list[Row]:
+    """Part 3: why would talking heads do worse in a user's classifier? Each cause as
+    rows beside part 2's multi-head and talking-heads rows (whose pretraining they
+    share): training from scratch on the task, the fine-tuning learning rate (the same
+    grid for both), the mixing matrices' init in pretraining (identity vs fan-in), and
+    talking-heads layers inserted at identity into the multi-head checkpoint."""
+    rows = [mh, th]
+    for base, short in ((mh, "mh"), (th, "th")):
+        rows.append(Row(f"cls_{short}_scratch", base.overrides, glue={"init": "scratch",
+                                                                       "lr": 1e-3},
+                        pretrained_by=base.name))
+        rows += [Row(f"cls_{short}_lr{lr:g}", base.overrides, glue={"lr": lr},
+                     pretrained_by=base.name) for lr in (1e-4, 1e-3)]
+    rows.append(Row("cls_mh_insert_th", mh.overrides, glue={"insert_th": True},
+                    pretrained_by=mh.name))
+    rows.append(Row("txt_th_identity_h8", {**th.overrides, "th_init": "identity"}))
+    return rows
+
+
 GRIDS: dict[str, list[Row]] = {**_lowrank_rows(), **_talking_heads_rows(), **_cpu_rows(),
-                               **_synthetic_rows()}
+                               **_synthetic_rows(), **_text_rows()}
 ROWS: dict[str, Row] = {row.name: row for rows in GRIDS.values() for row in rows}

@@ -195,7 +195,7 @@ def plan_run(row: grids.Row, seed: int | None, settings: Settings,
     """One run's steps; a row pretrained by `source` reuses that run's pretraining step."""
     from models import ModelConfig
 
-    row_glue_args = sweep_grids.join_args(settings.glue_args, sweep_grids.glue_arg(row))
+    row_glue_args = sweep_grids.glue_arg(row, settings.glue_args)
     glue_config = glue_configs.get_config(row_glue_args)
     overrides.apply_overrides(glue_config, list(settings.glue_overrides))
 

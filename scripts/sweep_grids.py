@@ -128,9 +128,11 @@ def format_value(value: object) -> str:
     return text
 
 
-def glue_arg(row: grids.Row) -> str:
-    """The row's own configs/glue.py args as an ARG string (after the sweep's, so they win)."""
-    return ",".join(f"{k}={format_value(v)}" for k, v in row.glue.items())
+def glue_arg(row: grids.Row, sweep_args: str = "") -> str:
+    """The sweep's configs/glue.py ARG with the row's own glue args in place of its."""
+    pairs = dict(item.split("=", 1) for item in sweep_args.split(",") if "=" in item)
+    pairs.update({k: format_value(v) for k, v in row.glue.items()})
+    return ",".join(f"{k}={v}" for k, v in pairs.items())
 
 
 def join_args(*parts: str) -> str:

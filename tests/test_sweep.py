@@ -83,7 +83,7 @@ def test_synthetic_study_script_runs_every_row_at_three_seeds_on_the_task(tmp_pa
     assert sorted(workdirs(commands)) == sorted(
         str(out / name / f"seed{seed}" / "pretrain") for name in names for seed in (0, 1, 2))
     for command in commands:
-        assert "--config.data.corpus=synthetic:find:pairs=16:queries=8:n=60000:seed=0" in command
+        assert "--config.data.corpus=synthetic:find:pairs=32:queries=6:n=60000:seed=0" in command
         assert "--config.data.mask_targets=a[0-9]+" in command
     assert "eval_glue.py" not in result.stdout
     # ROWS runs some rows now, the rest later; a row not in the grid is one error line.
@@ -93,6 +93,31 @@ def test_synthetic_study_script_runs_every_row_at_three_seeds_on_the_task(tmp_pa
     bad, _ = dry_run_study("synthetic_study.sh", out, ROWS="syn_mh_h3")
     assert bad.returncode != 0
     assert bad.stderr.strip().splitlines()[-1].startswith("error: --rows: syn_mh_h3 not in")
+    assert not out.exists()
+
+
+def test_text_study_script_runs_both_parts_with_shared_pretraining(tmp_path):
+    """scripts/text_study.sh (docs/RESULTS.md parts 2 and 3): the classifier rows
+    fine-tune part 2's checkpoints with their own fine-tuning args, and pretrain nothing."""
+    out = tmp_path / "study"
+    result, commands = dry_run_study("text_study.sh", out)
+    assert result.returncode == 0, result.stderr
+    pretrained = {row.name for g in ("text_small", "classifier_question")
+                  for row in grids.GRIDS[g] if not row.pretrained_by}
+    assert sorted(set(workdirs(commands))) == sorted(
+        str(out / name / f"seed{seed}" / "pretrain") for name in pretrained for seed in (0, 1, 2))
+    glue_runs = [shlex.split(x) for x in result.stdout.splitlines() if "eval_glue.py" in x]
+    scratch = next(c for c in glue_runs if str(out / "cls_th_scratch" / "seed2") in " ".join(c))
+    assert f"--config.init_from={out / 'txt_th_h8' / 'seed2' / 'pretrain'}" in scratch
+    assert scratch[3].endswith(",lr=0.001,epochs=2,max_train=4000,seq_len=64,init=scratch")
+    assert "# cls_mh_insert_th: fine-tunes txt_mh_h8 seed 0 pretrain" in result.stdout
+    # A row whose checkpoint comes from a row left out by --rows: one error line.
+    bad, _ = dry_run_study("text_study.sh", out, GRIDS="classifier_question",
+                           ROWS="cls_mh_scratch")
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "error: --rows: cls_mh_scratch fine-tunes the pretraining of txt_mh_h8; select that "
+        "row too")
     assert not out.exists()
 
 
