@@ -382,7 +382,10 @@ def paired_test(metric: Metric, a: str, b: str, over: str, seeds: list[Any],
     d = xb - xa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # constant differences: scipy warns and returns nan
-        p_t = float(scipy.stats.ttest_rel(xb, xa).pvalue)
+        # Identical differences (e.g. one eval interval on every seed) have no variance:
+        # t is infinite and scipy's p is 0, a certainty that 2 or 3 seeds do not give.
+        p_t = (float("nan") if np.ptp(d) == 0 else
+               float(scipy.stats.ttest_rel(xb, xa).pvalue))
         try:
             p_w = float(scipy.stats.wilcoxon(xb, xa).pvalue) if np.any(d != 0) else float("nan")
         except ValueError:

@@ -153,7 +153,9 @@ def test_steps_to_a_level_from_the_eval_curves_with_paired_tests(tmp_path):
     from tensorboardX import SummaryWriter
 
     out = tmp_path / "sweep"
-    reach = {"th_cpu_mh_h4": {0: 300, 1: 500, 2: None}, "th_cpu_th_h4": {0: 200, 1: 300, 2: 400}}
+    reach = {"th_cpu_mh_h4": {0: 300, 1: 500, 2: None}, "th_cpu_th_h4": {0: 200, 1: 300, 2: 400},
+             # The same difference on every seed: no variance, so no t-test certainty.
+             "th_cpu_mh_h8": {0: 300, 1: 300, 2: 300}, "th_cpu_th_h8": {0: 200, 1: 200, 2: 200}}
     for row, by_seed in reach.items():
         for seed, step in by_seed.items():
             run = out / row / f"seed{seed}"
@@ -173,6 +175,11 @@ def test_steps_to_a_level_from_the_eval_curves_with_paired_tests(tmp_path):
     tests = {(t["a"], t["b"], t["metric"]): t for t in read_csv(out / "significance.csv")}
     t = tests[("th_cpu_mh_h4", "th_cpu_th_h4", column)]
     assert t["seeds"] == "0 1" and float(t["mean_diff_b_minus_a"]) == pytest.approx(-150.0)
+    assert t["verdict"] == "no clear difference"  # -100 and -200: two seeds settle nothing
+    same = tests[("th_cpu_mh_h8", "th_cpu_th_h8", column)]
+    assert float(same["mean_diff_b_minus_a"]) == pytest.approx(-100.0)
+    assert math.isnan(float(same["p_ttest_rel"] or "nan"))
+    assert same["verdict"] == "no clear difference"
     assert "never reached it" in (out / "table.md").read_text()
 
     bad = run_script("tables.py", [f"--out={out}", "--steps_to=eval_accuracy=0.99"])
