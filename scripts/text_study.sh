@@ -8,6 +8,9 @@
 #   GRIDS=text_small bash scripts/text_study.sh      # one part (the other later)
 #   ROWS=txt_mh_h8,txt_th_h8 GRIDS=text_small bash scripts/text_study.sh   # some rows
 #
+# STEPS=6000 (24.6M tokens, 2.9 epochs of the corpus) is a projection from the pilot in
+# docs/RESULTS.md, not yet a measured budget: about 70 minutes per run on 2 cores.
+#
 # One OUT: one tokenizer and packed corpus for every row, and the classifier grid's
 # txt_mh_h8 / txt_th_h8 are part 2's runs (finished ones are skipped), whose
 # checkpoints its cls_* rows fine-tune (configs/grids.py: pretrained_by).
@@ -16,12 +19,12 @@ cd "$(dirname "$0")/.."
 OUT=${1:-runs/text_study}
 RESULTS=${2:-docs/results}
 PYTHON=${PYTHON:-python}
-STEPS=${STEPS:-1500}
+STEPS=${STEPS:-6000}
 GRIDS=${GRIDS:-text_small,classifier_question}
 
 COMMON=(
   --out "$OUT" --parallel 2 --seeds 0,1,2
-  --pretrain_args "steps=$STEPS,batch=64,seq_len=64,lr=2e-3"
+  --pretrain_args "steps=$STEPS,batch=64,seq_len=64,lr=5e-3"
   --pretrain_overrides data.corpus=../shared/data/corpus
   --pretrain_overrides data.eval_fraction=0.05
   --pretrain_overrides data.max_predictions_per_seq=10
