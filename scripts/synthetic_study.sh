@@ -7,6 +7,8 @@
 #                                                         #   docs/results/synthetic_find
 #   DRY_RUN=1 bash scripts/synthetic_study.sh             # print the rows and commands only
 #   ROWS=syn_mh_h2,syn_mh_h8 bash scripts/synthetic_study.sh   # some rows (the rest later)
+#   SEEDS=0,1,2,3,4 STEPS=400 EVAL_EVERY=10 ROWS=... bash scripts/synthetic_study.sh OUT DIR
+#                                         # finer steps-to-99% (use a new OUT: other settings)
 #
 # Every run trains on the same corpus (its seed is part of the spec); the pretraining
 # seed changes the initialisation, the batch order and nothing else. Only the answers
@@ -18,9 +20,11 @@ OUT=${1:-runs/synthetic_find}
 RESULTS=${2:-docs/results/synthetic_find}
 PYTHON=${PYTHON:-python}
 STEPS=${STEPS:-1000}
+SEEDS=${SEEDS:-0,1,2}
+EVAL_EVERY=${EVAL_EVERY:-$((STEPS / 20))}
 
 COMMON=(
-  --out "$OUT" --parallel 2 --seeds 0,1,2 --glue_tasks none
+  --out "$OUT" --parallel 2 --seeds "$SEEDS" --glue_tasks none
   --pretrain_args "steps=$STEPS,batch=64,seq_len=48,lr=3e-3"
   --pretrain_overrides "data.corpus=synthetic:find:pairs=32:queries=6:n=60000:seed=0"
   --pretrain_overrides "data.mask_targets=a[0-9]+"
@@ -32,7 +36,7 @@ COMMON=(
   --pretrain_overrides optimizer.warmup_steps=100
   --pretrain_overrides model.sparse_final_layer=false
   --pretrain_overrides eval_batches=8
-  --pretrain_overrides "eval_every_steps=$((STEPS / 20))"
+  --pretrain_overrides "eval_every_steps=$EVAL_EVERY"
   --pretrain_overrides "log_every_steps=$((STEPS / 4))"
   --pretrain_overrides "checkpoint_every_steps=$STEPS"
 )

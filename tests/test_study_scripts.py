@@ -1,0 +1,97 @@
+"""The study scripts (scripts/cpu_study.sh, synthetic_study.sh, text_study.sh) as dry
+runs: each stays valid as the code changes, launches the rows and seeds its doc says,
+and refuses a bad selection with one error line."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO
+
+from configs import grids
+
+pytestmark = pytest.mark.slow  # every test starts scripts/sweep.py through bash
+
+
+def dry_run_study(script: str, out, **env: str) -> tuple[subprocess.CompletedProcess,
+                                                          list[list[str]]]:
+    """DRY_RUN=1 bash scripts/SCRIPT OUT: the result and its train.py commands."""
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, XLA_FLAGS="", **env)
+    result = subprocess.run(["bash", os.path.join("scripts", script), str(out)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    commands = [shlex.split(x) for x in result.stdout.splitlines() if "train.py" in x]
+    return result, commands
+
+
+def workdirs(commands: list[list[str]]) -> list[str]:
+    return [c[c.index("--workdir") + 1] for c in commands]
+
+
+def test_cpu_study_script_launches_both_grids_with_one_budget(tmp_path):
+    """scripts/cpu_study.sh (docs/RESULTS.md's study) stays valid as the code changes."""
+    out = tmp_path / "study"
+    result, commands = dry_run_study("cpu_study.sh", out)
+    assert result.returncode == 0, result.stderr
+    names = [row.name for grid in ("talking_heads_cpu", "key_size_cpu")
+             for row in grids.GRIDS[grid]]
+    assert workdirs(commands) == [
+        str(out / name / ("seed1/pretrain" if name.startswith("ks_") else "pretrain"))
+        for name in names]
+    for command in commands:
+        assert command[3].split(":", 1)[1].split(",")[1] == "steps=250"  # one token budget
+        assert "--config.model.sparse_final_layer=false" in command
+        assert f"--config.data.cache_dir={out / 'data_cache'}" in command  # one tokenizer
+    glue_commands = [x for x in result.stdout.splitlines() if "eval_glue.py" in x]
+    assert len(glue_commands) == 2 * len(names)
+    assert not out.exists()
+
+
+def test_synthetic_study_script_runs_every_row_at_three_seeds_on_the_task(tmp_path):
+    """scripts/synthetic_study.sh (docs/SYNTHETIC.md's study) stays valid."""
+    out = tmp_path / "study"
+    result, commands = dry_run_study("synthetic_study.sh", out)
+    assert result.returncode == 0, result.stderr
+    names = [row.name for row in grids.GRIDS["synthetic_find"]]
+    assert sorted(workdirs(commands)) == sorted(
+        str(out / name / f"seed{seed}" / "pretrain") for name in names for seed in (0, 1, 2))
+    for command in commands:
+        assert "--config.data.corpus=synthetic:find:pairs=32:queries=6:n=60000:seed=0" in command
+        assert "--config.data.mask_targets=a[0-9]+" in command
+    assert "eval_glue.py" not in result.stdout
+    # ROWS runs some rows now, the rest later; a row not in the grid is one error line.
+    _, some = dry_run_study("synthetic_study.sh", out, ROWS="syn_th_h8,syn_mh_h2")
+    assert workdirs(some) == [str(out / row / f"seed{seed}" / "pretrain")
+                              for seed in (0, 1, 2) for row in ("syn_mh_h2", "syn_th_h8")]
+    bad, _ = dry_run_study("synthetic_study.sh", out, ROWS="syn_mh_h3")
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines()[-1].startswith("error: --rows: syn_mh_h3 not in")
+    assert not out.exists()
+
+
+def test_text_study_script_runs_both_parts_with_shared_pretraining(tmp_path):
+    """scripts/text_study.sh (docs/RESULTS.md parts 2 and 3): the classifier rows
+    fine-tune part 2's checkpoints with their own fine-tuning args, and pretrain nothing."""
+    out = tmp_path / "study"
+    result, commands = dry_run_study("text_study.sh", out)
+    assert result.returncode == 0, result.stderr
+    pretrained = {row.name for g in ("text_small", "classifier_question")
+                  for row in grids.GRIDS[g] if not row.pretrained_by}
+    assert sorted(set(workdirs(commands))) == sorted(
+        str(out / name / f"seed{seed}" / "pretrain") for name in pretrained for seed in (0, 1, 2))
+    glue_runs = [shlex.split(x) for x in result.stdout.splitlines() if "eval_glue.py" in x]
+    scratch = next(c for c in glue_runs if str(out / "cls_th_scratch" / "seed2") in " ".join(c))
+    assert f"--config.init_from={out / 'txt_th_h8' / 'seed2' / 'pretrain'}" in scratch
+    assert scratch[3].endswith(",lr=0.001,epochs=2,max_train=4000,seq_len=64,init=scratch")
+    assert "# cls_mh_insert_th: fine-tunes txt_mh_h8 seed 0 pretrain" in result.stdout
+    # A row whose checkpoint comes from a row left out by --rows: one error line.
+    bad, _ = dry_run_study("text_study.sh", out, GRIDS="classifier_question",
+                           ROWS="cls_mh_scratch")
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "error: --rows: cls_mh_scratch fine-tunes the pretraining of txt_mh_h8; select that "
+        "row too")
+    assert not out.exists()
