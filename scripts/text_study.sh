@@ -7,6 +7,8 @@
 #   DRY_RUN=1 bash scripts/text_study.sh             # print the rows and commands only
 #   GRIDS=text_small bash scripts/text_study.sh      # one part (the other later)
 #   ROWS=txt_mh_h8,txt_th_h8 GRIDS=text_small bash scripts/text_study.sh   # some rows
+#   SEEDS=0 STEPS=6000 ROWS=txt_mh_h8 GRIDS=text_small bash scripts/text_study.sh \
+#       runs/text_pilot /tmp/text_pilot_tables          # a one-run pilot of the budget
 #
 # STEPS=6000 (24.6M tokens, 2.9 epochs of the corpus) is a projection from the pilot in
 # docs/RESULTS.md, not yet a measured budget: about 70 minutes per run on 2 cores.
@@ -21,9 +23,10 @@ RESULTS=${2:-docs/results}
 PYTHON=${PYTHON:-python}
 STEPS=${STEPS:-6000}
 GRIDS=${GRIDS:-text_small,classifier_question}
+SEEDS=${SEEDS:-0,1,2}
 
 COMMON=(
-  --out "$OUT" --parallel 2 --seeds 0,1,2
+  --out "$OUT" --parallel 2 --seeds "$SEEDS"
   --pretrain_args "steps=$STEPS,batch=64,seq_len=64,lr=5e-3"
   --pretrain_overrides data.corpus=../shared/data/corpus
   --pretrain_overrides data.eval_fraction=0.05
