@@ -100,9 +100,9 @@ def check_rows(rows: list[grids.Row]) -> list[grids.Row]:
 
 
 def check_pretrained_by(row: grids.Row, earlier: dict[str, grids.Row]) -> None:
-    source = earlier.get(row.pretrained_by) if row.pretrained_by else None
     if row.pretrained_by is None:
         return
+    source = earlier.get(row.pretrained_by)
     if source is None or source.pretrained_by:
         raise ValueError(f"row {row.name}: pretrained_by={row.pretrained_by!r} must name an "
                          f"earlier row of the grid that pretrains itself")

@@ -104,6 +104,8 @@ class SeedRun:
     mlm: FinalMetrics | None  # pretrain/final_metrics.json; None until pretraining finished
     glue: dict[str, dict[int, float]]  # score name -> {fine-tuning seed: main dev score}
     config: dict[str, Any] | None  # pretrain/config.json
+    # steps_to column name -> first step at its level (None: never); read once by collect
+    reached: dict[str, float | None] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -264,7 +266,7 @@ def pretrain_value(run: SeedRun, metric: Metric, averaged: list[str]) -> float |
     """The run's number: MLM as is, GLUE as the mean over fine-tuning seeds, steps_to
     from the pretraining's TensorBoard events (None for a run that never got there)."""
     if metric.kind == "steps_to":
-        return first_step_reaching(scalar_curve(run.pretrain, metric.key), metric)
+        return run.reached.get(metric.name)
     if metric.kind == "mlm":
         value = run.mlm.metric(metric.key) if run.mlm else None
         return None if value is None else value * metric.scale
@@ -712,6 +714,12 @@ def collect(out: str, grid: str | None = None, grid_file: str | None = None,
         add_model_stats(result, manifest, paper_vocab)
     metrics, averaged = build_metrics(results)
     metrics[len(MLM_METRICS):len(MLM_METRICS)] = list(steps_to)
+    for run in (run for result in results for run in result.runs):
+        curves: dict[str, dict[int, float]] = {}  # one events read per run and scalar
+        for metric in steps_to:
+            if metric.key not in curves:
+                curves[metric.key] = scalar_curve(run.pretrain, metric.key)
+            run.reached[metric.name] = first_step_reaching(curves[metric.key], metric)
     return Table(label, results, metrics, averaged)
 
 
