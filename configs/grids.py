@@ -147,3 +147,19 @@ def _classifier_rows(mh: Row, th: Row) -> list[Row]:
 GRIDS: dict[str, list[Row]] = {**_lowrank_rows(), **_talking_heads_rows(), **_cpu_rows(),
                                **_synthetic_rows(), **_text_rows()}
 ROWS: dict[str, Row] = {row.name: row for rows in GRIDS.values() for row in rows}
+
+# The comparisons a grid was built for, as (A, B) row pairs that scripts/tables.py tests
+# (B - A) unless --pairs says otherwise. Grids without an entry get tables.py's default
+# (multi-head vs the other attentions at an equal model), which would pair every
+# multi-head row of classifier_question with every talking-heads row.
+PAIRS: dict[str, list[tuple[str, str]]] = {
+    "classifier_question": [
+        ("txt_mh_h8", "txt_th_h8"),  # pretrained, fine-tuned at 3e-4 (part 2)
+        ("cls_mh_scratch", "cls_th_scratch"),  # no pretraining
+        ("cls_mh_lr0.0001", "cls_th_lr0.0001"),  # the same lr grid for both
+        ("cls_mh_lr0.001", "cls_th_lr0.001"),
+        ("txt_th_h8", "txt_th_identity_h8"),  # mixing init: fan-in normal vs identity
+        ("txt_mh_h8", "cls_mh_insert_th"),  # talking heads inserted at identity
+        ("txt_th_h8", "cls_mh_insert_th"),  # ... vs talking heads pretrained
+    ],
+}

@@ -15,11 +15,12 @@ each as mean ± std
   - over fine-tuning seeds when it has one pretraining seed (MLM: no spread).
 The papers' grids get the paper's numbers beside ours.
 
-Significance. Pairs (A, B): multi_head vs each other attention at an otherwise
-equal model (e.g. talking heads at the same head count); if there is no such
-pair, every row vs a baseline (--baseline, by default the first row with the
-standard head size d/h, else the first row), e.g. each key size vs d/h; or
---pairs A:B,... given by hand. Values are paired by seed id:
+Significance. Pairs (A, B): --pairs A:B,... given by hand; else every row vs
+--baseline when given; else those the grid declares (configs/grids.py: PAIRS);
+else multi_head vs each other attention at an otherwise equal model (e.g. talking
+heads at the same head count); if there is no such pair, every row vs a baseline
+(by default the first row with the standard head size d/h, else the first row),
+e.g. each key size vs d/h. Values are paired by seed id:
   - pretraining seed s of A with pretraining seed s of B, when the two share at
     least two: the same seed gives both the same batches, masks and dropout
     stream, so their difference is not confounded by data order;
@@ -419,6 +420,11 @@ def default_pairs(results: list[RowResult], baseline: str | None) -> list[tuple[
     return [(baseline, r.row.name) for r in results if r.row.name != baseline]
 
 
+def grid_pairs(grid: str, names: set[str]) -> list[tuple[str, str]]:
+    """The pairs a named grid declares (configs/grids.py: PAIRS) among the table's rows."""
+    return [(a, b) for a, b in grids.PAIRS.get(grid, []) if a in names and b in names]
+
+
 def parse_pairs(specs: list[str], names: set[str]) -> list[tuple[str, str]]:
     pairs = []
     for spec in specs:
@@ -752,7 +758,10 @@ def main(argv: list[str]) -> None:
         names = {r.row.name for r in table.results}
         if FLAGS.baseline and FLAGS.baseline not in names:
             raise ValueError(f"--baseline={FLAGS.baseline} is not a row ({sorted(names)})")
-        pairs = parse_pairs(FLAGS.pairs, names) or default_pairs(table.results, FLAGS.baseline)
+        pairs = parse_pairs(FLAGS.pairs, names)
+        if not pairs and not FLAGS.baseline:
+            pairs = grid_pairs(table.label, names)
+        pairs = pairs or default_pairs(table.results, FLAGS.baseline)
     except ValueError as e:
         sys.exit(f"error: {e}")
     markdown, results_csv, significance_csv_text = render(

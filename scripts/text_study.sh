@@ -7,11 +7,11 @@
 #   DRY_RUN=1 bash scripts/text_study.sh             # print the rows and commands only
 #   GRIDS=text_small bash scripts/text_study.sh      # one part (the other later)
 #   ROWS=txt_mh_h8,txt_th_h8 GRIDS=text_small bash scripts/text_study.sh   # some rows
-#   SEEDS=0 STEPS=6000 ROWS=txt_mh_h8 GRIDS=text_small bash scripts/text_study.sh \
-#       runs/text_pilot /tmp/text_pilot_tables          # a one-run pilot of the budget
+#   STEPS=6000 bash scripts/text_study.sh runs/text_6000   # a longer budget, elsewhere
 #
-# STEPS=6000 (24.6M tokens, 2.9 epochs of the corpus) is a projection from the pilot in
-# docs/RESULTS.md, not yet a measured budget: about 70 minutes per run on 2 cores.
+# STEPS=3000 (12.3M tokens, 1.4 passes over the 137,509 training sequences) is what
+# docs/RESULTS.md ran: about 12 minutes per pretraining alone on 2 cores, 25 with two at
+# a time (times there).
 #
 # One OUT: one tokenizer and packed corpus for every row, and the classifier grid's
 # txt_mh_h8 / txt_th_h8 are part 2's runs (finished ones are skipped), whose
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-runs/text_study}
 RESULTS=${2:-docs/results}
 PYTHON=${PYTHON:-python}
-STEPS=${STEPS:-6000}
+STEPS=${STEPS:-3000}
 GRIDS=${GRIDS:-text_small,classifier_question}
 SEEDS=${SEEDS:-0,1,2}
 

@@ -117,6 +117,12 @@ def test_synthetic_rows_take_the_key_size_from_32_down_to_2():
             .initializer_range for r in grids.GRIDS["synthetic_find"]} == {0.1}
 
 
+def test_declared_pairs_name_rows_of_their_grid():
+    for grid, pairs in grids.PAIRS.items():
+        names = {row.name for row in grids.GRIDS[grid]}
+        assert pairs and all(a in names and b in names and a != b for a, b in pairs), grid
+
+
 @pytest.mark.parametrize("rows, message", [
     ([grids.Row("b", {}, pretrained_by="a"), grids.Row("a", {})],
      "row b: pretrained_by='a' must name an earlier row"),

@@ -262,7 +262,11 @@ def test_insert_talking_heads_refuses_a_talking_heads_checkpoint():
 def test_from_scratch_fine_tuning_starts_from_a_fresh_encoder(pretrained_workdir, tmp_path):
     """init=scratch keeps the architecture and tokenizer and draws the encoder per seed:
     at lr 1e-12 its (regression) predictions are those of the freshly initialised
-    classifier (drawn with the run's seed), not of the pretrained encoder's."""
+    classifier, drawn from the run's seed and the source's pretraining seed, not of the
+    pretrained encoder's. Another pretraining seed draws another encoder: a sweep's
+    scratch row at pretraining seeds 0, 1, 2 is three samples, not one repeated."""
+    import dataclasses
+
     import jax
     import jax.numpy as jnp
 
@@ -277,17 +281,25 @@ def test_from_scratch_fine_tuning_starts_from_a_fresh_encoder(pretrained_workdir
                          init="scratch")
     scratch = finetune.load_pretrained(config)
     assert scratch.bert_params is None and scratch.source.startswith("scratch: ")
+    with open(os.path.join(pretrained_workdir, "config.json")) as f:
+        assert scratch.init_stream == json.load(f)["seed"]
     task = glue.get_task("stsb")
     data = finetune.load_task_data(task, config, scratch.tokenizer)
-    finetune.finetune_run(task, scratch, data, 1e-12, 3, config, str(tmp_path / "scratch"))
     model = BertForSequenceClassification(scratch.model_config, task.num_labels)
     ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
-    fresh = model.init(jax.random.key(3), ids, ids, ids)["params"]
     test = data["test"]
-    want = model.apply({"params": fresh}, test["input_ids"], test["token_type_ids"],
-                       test["attention_mask"])
-    got = np.load(tmp_path / "scratch" / "test_predictions.npy")
-    np.testing.assert_allclose(got, np.asarray(want)[:, 0], atol=1e-5)  # STS-B: a score
+    predictions = []
+    for stream in (scratch.init_stream, scratch.init_stream + 1):
+        run_dir = str(tmp_path / f"scratch{stream}")
+        finetune.finetune_run(task, dataclasses.replace(scratch, init_stream=stream), data,
+                              1e-12, 3, config, run_dir)
+        key = jax.random.fold_in(jax.random.key(3), stream)
+        fresh = model.init(key, ids, ids, ids)["params"]
+        want = model.apply({"params": fresh}, test["input_ids"], test["token_type_ids"],
+                           test["attention_mask"])
+        predictions.append(np.load(os.path.join(run_dir, "test_predictions.npy")))
+        np.testing.assert_allclose(predictions[-1], np.asarray(want)[:, 0], atol=1e-5)
+    assert np.abs(predictions[0] - predictions[1]).max() > 1e-3
 
     config.init = "random"
     with pytest.raises(ValueError, match="init='random' is unknown"):

@@ -184,3 +184,28 @@ def test_steps_to_a_level_from_the_eval_curves_with_paired_tests(tmp_path):
 
     bad = run_script("tables.py", [f"--out={out}", "--steps_to=eval_accuracy=0.99"])
     assert bad.returncode != 0 and "--steps_to 'eval_accuracy=0.99'" in bad.stderr
+
+
+def test_a_grid_that_declares_its_pairs_is_tested_on_those(tmp_path):
+    """classifier_question declares which rows answer which question (configs/grids.py:
+    PAIRS); the default would pair every multi-head row with every talking-heads row
+    (scratch with pretrained). --baseline still compares every row with one."""
+    out = tmp_path / "sweep"
+    rows = {"txt_mh_h8": 80.0, "txt_th_h8": 79.0, "cls_mh_scratch": 60.0,
+            "cls_th_scratch": 58.0}
+    for i, (row, score) in enumerate(rows.items()):
+        for seed in (0, 1):
+            scores = {s: score + seed + 0.1 * s for s in range(2)}
+            fake_run(out / row / f"seed{seed}", f"row={row}", seed, 3.0 + 0.01 * i,
+                     {"sst2": {3e-4: scores}})
+
+    args = [f"--out={out}", "--grid=classifier_question", "--format=csv"]
+    result = run_script("tables.py", args)
+    assert result.returncode == 0, result.stderr
+    pairs = {(t["a"], t["b"]) for t in read_csv(out / "significance.csv")}
+    assert pairs == {("txt_mh_h8", "txt_th_h8"), ("cls_mh_scratch", "cls_th_scratch")}
+
+    result = run_script("tables.py", [*args, "--baseline=txt_mh_h8"])
+    assert result.returncode == 0, result.stderr
+    pairs = {(t["a"], t["b"]) for t in read_csv(out / "significance.csv")}
+    assert pairs == {("txt_mh_h8", b) for b in rows if b != "txt_mh_h8"}

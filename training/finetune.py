@@ -45,6 +45,10 @@ class Pretrained:
     bert_params: dict[str, Any] | None  # None: init=scratch, every run draws its own
     tokenizer: tokenizers.Tokenizer
     source: str  # where it came from, for results and the workdir identity check
+    # init=scratch: the source run's pretraining seed, folded into every run's init key.
+    # A sweep fine-tunes a scratch row once per pretraining seed; without it those runs
+    # would draw the same encoders and repeat one another.
+    init_stream: int = 0
 
 
 INITS = ("pretrained", "scratch")
@@ -80,6 +84,7 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
                                   f"checkpoint?)")
         tokenizer = load_tokenizer(os.path.join(workdir, "tokenizer"))
         source = f"{os.path.abspath(workdir)}@{step}"
+        pretrain_seed = int(saved.get("seed", 0))
     elif config.init_from_hf:
         from models.hf_import import from_pretrained
 
@@ -87,6 +92,7 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
         bert = params["bert"]
         tokenizer = load_tokenizer(directory)
         source = f"hf:{config.init_from_hf}"
+        pretrain_seed = 0
     else:
         raise ValueError("set --config.init_from=PRETRAIN_WORKDIR or --config.init_from_hf=NAME")
     model_config = model_config.replace(
@@ -110,6 +116,7 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
     if config.init == "scratch":
         # The architecture and tokenizer only: each run initialises every weight itself.
         bert, source = None, f"scratch: architecture and tokenizer of {source}"
+        return Pretrained(model_config, bert, tokenizer, source, init_stream=pretrain_seed)
     return Pretrained(model_config, bert, tokenizer, source)
 
 
@@ -269,7 +276,10 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
         return {"step": jnp.zeros((), jnp.int32), "params": params,
                 "opt_state": optimizer.init(params)}
 
-    sharded = sharding.ShardedState(init_state, mesh, rules, jax.random.key(seed))
+    init_key = jax.random.key(seed)
+    if pretrained.bert_params is None:  # init=scratch: one stream per pretraining seed
+        init_key = jax.random.fold_in(init_key, pretrained.init_stream)
+    sharded = sharding.ShardedState(init_state, mesh, rules, init_key)
     # Dropout keys fold the step into key(seed + 1), apart from the init key(seed).
     train_step = sharded.jit_step(steps.make_train_step(
         model, optimizer, schedule, seed + 1, prepare_params=sharded.gather,
@@ -284,7 +294,7 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
         state, _, start = checkpointer.restore(sharded.abstract)
     else:
         with mesh, nn.logical_axis_rules(rules):
-            state = sharded.init(jax.random.key(seed))
+            state = sharded.init(init_key)
         if pretrained.bert_params is not None:  # init=scratch keeps the fresh encoder
             state["params"] = with_pretrained_encoder(
                 state["params"], pretrained.bert_params, sharded.shardings["params"])
