@@ -136,12 +136,16 @@ def read_glue(run_directory: str) -> dict[str, dict[int, float]]:
 
 
 def read_row(out: str, row: grids.Row) -> RowResult:
+    # A row fine-tuned from scratch uses its checkpoint's architecture only: the MLM
+    # numbers are not its own, so its MLM cells stay empty.
+    scratch = row.glue.get("init") == "scratch"
     runs = []
     for seed, directory in list_runs(out, row.name):
         pretrain = pretrain_dir(run_dir(out, row.pretrained_by, seed) if row.pretrained_by
                                 else directory)
-        runs.append(SeedRun(seed, directory, pretrain, read_quietly(FinalMetrics, pretrain),
-                            read_glue(directory), read_run_config(pretrain)))
+        mlm = None if scratch else read_quietly(FinalMetrics, pretrain)
+        runs.append(SeedRun(seed, directory, pretrain, mlm, read_glue(directory),
+                            read_run_config(pretrain)))
     return RowResult(row, runs)
 
 
@@ -720,7 +724,8 @@ def collect(out: str, grid: str | None = None, grid_file: str | None = None,
         add_model_stats(result, manifest, paper_vocab)
     metrics, averaged = build_metrics(results)
     metrics[len(MLM_METRICS):len(MLM_METRICS)] = list(steps_to)
-    for run in (run for result in results for run in result.runs):
+    for run in (run for result in results for run in result.runs
+                if result.row.glue.get("init") != "scratch"):
         curves: dict[str, dict[int, float]] = {}  # one events read per run and scalar
         for metric in steps_to:
             if metric.key not in curves:

@@ -189,7 +189,8 @@ def test_steps_to_a_level_from_the_eval_curves_with_paired_tests(tmp_path):
 def test_a_grid_that_declares_its_pairs_is_tested_on_those(tmp_path):
     """classifier_question declares which rows answer which question (configs/grids.py:
     PAIRS); the default would pair every multi-head row with every talking-heads row
-    (scratch with pretrained). --baseline still compares every row with one."""
+    (scratch with pretrained). --baseline still compares every row with one. A row
+    fine-tuned from scratch shows no MLM numbers (they are its checkpoint's)."""
     out = tmp_path / "sweep"
     rows = {"txt_mh_h8": 80.0, "txt_th_h8": 79.0, "cls_mh_scratch": 60.0,
             "cls_th_scratch": 58.0}
@@ -204,6 +205,11 @@ def test_a_grid_that_declares_its_pairs_is_tested_on_those(tmp_path):
     assert result.returncode == 0, result.stderr
     pairs = {(t["a"], t["b"]) for t in read_csv(out / "significance.csv")}
     assert pairs == {("txt_mh_h8", "txt_th_h8"), ("cls_mh_scratch", "cls_th_scratch")}
+    table = {r["row"]: r for r in read_csv(out / "table.csv")}
+    assert table["txt_mh_h8"]["MLM loss mean"] == "3.0"
+    # Fine-tuned from scratch: the checkpoint's MLM loss is not the row's.
+    assert table["cls_mh_scratch"]["MLM loss mean"] == ""
+    assert float(table["cls_mh_scratch"]["SST-2 mean"]) == pytest.approx(60.55)
 
     result = run_script("tables.py", [*args, "--baseline=txt_mh_h8"])
     assert result.returncode == 0, result.stderr
