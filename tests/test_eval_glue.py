@@ -249,6 +249,25 @@ def test_talking_heads_inserted_at_identity_compute_the_checkpoints_function(
     # (Fine-tuning such a model end to end: test_sweep.py's local sweep, row mh_th.)
 
 
+def test_talking_heads_inserted_into_a_pre_ln_encoder_keep_its_function():
+    """A pre-LN encoder holds a final norm beside its layers; only layers get mixing."""
+    import jax
+    import jax.numpy as jnp
+
+    from models import BertModel, ModelConfig
+
+    config = ModelConfig(num_layers=2, hidden_size=32, num_heads=4, mlp_dim=64,
+                         vocab_size=50, max_position_embeddings=16, norm_placement="pre",
+                         dropout_rate=0.0, attention_dropout_rate=0.0)
+    ids = jax.random.randint(jax.random.key(0), (2, 10), 5, 50)
+    bert = BertModel(config).init(jax.random.key(1), ids)["params"]
+    assert "final_norm" in bert["encoder"]
+    converted, params = finetune.with_talking_heads_at_identity(config, bert, "ckpt")
+    outputs = [BertModel(c).apply({"params": p}, ids, None, jnp.ones_like(ids))[0]
+               for c, p in ((config, bert), (converted, params))]
+    np.testing.assert_allclose(np.asarray(outputs[1]), np.asarray(outputs[0]), atol=1e-5)
+
+
 def test_insert_talking_heads_refuses_a_talking_heads_checkpoint():
     from models import ModelConfig
 

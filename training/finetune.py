@@ -140,8 +140,9 @@ def with_talking_heads_at_identity(model_config: ModelConfig, bert: dict[str, An
     eye = np.eye(model_config.num_heads, dtype=np.float32)
     encoder = {name: dict(layer) for name, layer in bert["encoder"].items()}
     for layer in encoder.values():
-        layer["attention"] = {**layer["attention"], "logits_mixing": eye,
-                              "weights_mixing": eye}
+        if "attention" in layer:  # a layer; a pre-LN encoder also holds its final norm
+            layer["attention"] = {**layer["attention"], "logits_mixing": eye,
+                                  "weights_mixing": eye}
     return model_config, {**bert, "encoder": encoder}
 
 
