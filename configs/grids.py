@@ -153,6 +153,18 @@ ROWS: dict[str, Row] = {row.name: row for rows in GRIDS.values() for row in rows
 # (multi-head vs the other attentions at an equal model), which would pair every
 # multi-head row of classifier_question with every talking-heads row.
 PAIRS: dict[str, list[tuple[str, str]]] = {
+    # Each fix of the small key size at the same heads, and the key size itself.
+    "synthetic_find": [
+        ("syn_mh_h8", "syn_mh_k32_h8"), ("syn_mh_h8", "syn_fixed32_h8"),
+        ("syn_mh_h8", "syn_th_h8"),
+        ("syn_mh_h32", "syn_mh_k32_h32"), ("syn_mh_h32", "syn_fixed32_h32"),
+        ("syn_mh_h32", "syn_th_h32"),
+        ("syn_mh_h2", "syn_mh_h8"), ("syn_mh_h2", "syn_mh_h32"),
+    ],
+    "text_small": [
+        ("txt_mh_h8", "txt_th_h8"), ("txt_mh_h8", "txt_mh_k32_h8"),
+        ("txt_mh_h8", "txt_fixed32_h8"),
+    ],
     "classifier_question": [
         ("txt_mh_h8", "txt_th_h8"),  # pretrained, fine-tuned at 3e-4 (part 2)
         ("cls_mh_scratch", "cls_th_scratch"),  # no pretraining

@@ -44,12 +44,6 @@ if [[ -n "${DRY_RUN:-}" ]]; then COMMON+=(--dry_run); fi
 if [[ -n "${ROWS:-}" ]]; then COMMON+=(--rows "$ROWS"); fi
 "$PYTHON" scripts/sweep.py --grid synthetic_find "${COMMON[@]}"
 if [[ -n "${DRY_RUN:-}" ]]; then exit 0; fi
-PAIRS=syn_mh_h8:syn_mh_k32_h8,syn_mh_h8:syn_fixed32_h8,syn_mh_h8:syn_th_h8
-PAIRS+=,syn_mh_h32:syn_mh_k32_h32,syn_mh_h32:syn_fixed32_h32,syn_mh_h32:syn_th_h32
-PAIRS+=,syn_mh_h2:syn_mh_h8,syn_mh_h2:syn_mh_h32
-if [[ -n "${ROWS:-}" ]]; then  # the pairs among the rows that ran
-  PAIRS=$(tr ',' '\n' <<< "$PAIRS" | awk -F: -v rows=",$ROWS," \
-          'index(rows, ","$1",") && index(rows, ","$2",")' | paste -sd, -)
-fi
+# Its pairs: configs/grids.py PAIRS (each fix at the same heads, and the key size).
 "$PYTHON" scripts/tables.py --out "$OUT" --grid synthetic_find --tables_dir "$RESULTS" \
-    --plots "$RESULTS" ${PAIRS:+--pairs "$PAIRS"} --steps_to "eval_accuracy>=0.99"
+    --plots "$RESULTS" --steps_to "eval_accuracy>=0.99"
