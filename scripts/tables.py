@@ -35,8 +35,9 @@ p cannot fall below 2/2^n (0.0625 at n=5); with many seeds and outliers prefer
 wilcoxon. A difference is called real when that p < --alpha and the interval
 excludes 0.
 
-Plots (PNG): scores vs number of heads and vs key size (error bars: std), and
-MLM loss curves per row from the TensorBoard events (mean over seeds).
+Plots (PNG): scores vs number of heads, vs key size and vs the fine-tuning
+learning rate (error bars: std; each drawn when some line has two points), and MLM
+loss curves per row from the TensorBoard events (mean over seeds).
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ class SeedRun:
     mlm: FinalMetrics | None  # pretrain/final_metrics.json; None until pretraining finished
     glue: dict[str, dict[int, float]]  # score name -> {fine-tuning seed: main dev score}
     config: dict[str, Any] | None  # pretrain/config.json
+    # The fine-tuning learning rate its GLUE scores come from (None: none yet, or tasks
+    # at different rates).
+    glue_lr: float | None = None
     # steps_to column name -> first step at its level (None: never); read once by collect
     reached: dict[str, float | None] = dataclasses.field(default_factory=dict)
 
@@ -126,13 +130,16 @@ class RowResult:
         return next(r for r in self.runs if r.seed == seed)
 
 
-def read_glue(run_directory: str) -> dict[str, dict[int, float]]:
-    """Score name -> {fine-tuning seed: main score at the best learning rate} from every
-    results.json of a run (MNLI: -m and -mm)."""
+def read_glue(run_directory: str) -> tuple[dict[str, dict[int, float]], float | None]:
+    """(score name -> {fine-tuning seed: main score at the best learning rate}, that
+    learning rate when every task shares it) from every results.json of a run (MNLI:
+    -m and -mm)."""
     scores: dict[str, dict[int, float]] = {}
-    for summary in run_glue_tasks(run_directory).values():
+    summaries = run_glue_tasks(run_directory).values()
+    for summary in summaries:
         scores.update(summary.main_per_seed())
-    return scores
+    rates = {summary.best_learning_rate for summary in summaries}
+    return scores, rates.pop() if len(rates) == 1 else None
 
 
 def read_row(out: str, row: grids.Row) -> RowResult:
@@ -144,8 +151,9 @@ def read_row(out: str, row: grids.Row) -> RowResult:
         pretrain = pretrain_dir(run_dir(out, row.pretrained_by, seed) if row.pretrained_by
                                 else directory)
         mlm = None if scratch else read_quietly(FinalMetrics, pretrain)
-        runs.append(SeedRun(seed, directory, pretrain, mlm, read_glue(directory),
-                            read_run_config(pretrain)))
+        scores, lr = read_glue(directory)
+        runs.append(SeedRun(seed, directory, pretrain, mlm, scores, read_run_config(pretrain),
+                            glue_lr=lr))
     return RowResult(row, runs)
 
 
@@ -603,26 +611,39 @@ def notes(results: list[RowResult], averaged: list[str], test: str, alpha: float
 
 
 # -- plots -------------------------------------------------------------------------------
+def finetuning_start(row: grids.Row) -> str:
+    if row.glue.get("init") == "scratch":
+        return "from scratch"
+    return "talking heads inserted" if row.glue.get("insert_th") else "pretrained"
+
+
 def plot_scores(table: Table, x_name: str, path: str) -> bool:
-    """Score vs x (num_heads or key size), one line per group of otherwise equal rows."""
+    """Score vs x (heads, key size, or lr: the fine-tuning learning rate), one line per
+    group of otherwise equal rows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def x_and_group(r: RowResult) -> tuple[int, str]:
+    def x_and_group(r: RowResult) -> tuple[float | None, str]:
         m = r.model
         if x_name == "heads":
             default = m.head_key_size == m.hidden_size // m.num_heads
             return m.num_heads, f"{m.attention}, key {'d/h' if default else m.head_key_size}"
+        if x_name == "lr":
+            rates = {run.glue_lr for run in r.runs} - {None}
+            lr = rates.pop() if len(rates) == 1 else None
+            return lr, f"{m.attention}, {finetuning_start(r.row)}"
         return m.head_key_size, f"{m.attention}, {m.num_heads} heads, value {m.head_value_size}"
 
-    shown = [m for m in table.metrics if any(table.stat(r, m).n for r in table.results)]
-    lines: dict[str, list[tuple[int, RowResult]]] = {}
+    shown = [m for m in table.metrics if any(table.stat(r, m).n for r in table.results)
+             and (x_name != "lr" or m.kind in ("task", "average"))]
+    lines: dict[str, list[tuple[float, RowResult]]] = {}
     for r in table.results:
         if r.model is not None:
             x, group = x_and_group(r)
-            lines.setdefault(group, []).append((x, r))
+            if x is not None:
+                lines.setdefault(group, []).append((x, r))
     # A group with one x (e.g. the fixed head size row among key sizes) shows as a point.
     if not shown or all(len({x for x, _ in pts}) < 2 for pts in lines.values()):
         return False
@@ -641,10 +662,12 @@ def plot_scores(table: Table, x_name: str, path: str) -> bool:
                 ax.errorbar([x for x, _ in stats], [s.mean for _, s in stats],
                             yerr=[0.0 if s.n < 2 else s.std for _, s in stats],
                             marker="o", capsize=3, label=group)
-        ax.set_xscale("log", base=2)  # heads and key sizes double from row to row
-        ax.set_xticks(xs, [str(x) for x in xs])
+        # heads and key sizes double from row to row; learning rates go in decades
+        ax.set_xscale("log", base=10 if x_name == "lr" else 2)
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
         ax.minorticks_off()
-        ax.set_xlabel("heads" if x_name == "heads" else "key size per head")
+        ax.set_xlabel({"heads": "heads", "lr": "fine-tuning learning rate"}.get(
+            x_name, "key size per head"))
         ax.set_title(metric.name)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
@@ -704,6 +727,7 @@ def write_plots(table: Table, directory: str) -> list[str]:
     for name, draw in (
         ("score_vs_heads.png", lambda p: plot_scores(table, "heads", p)),
         ("score_vs_key_size.png", lambda p: plot_scores(table, "key", p)),
+        ("score_vs_finetuning_lr.png", lambda p: plot_scores(table, "lr", p)),
         ("mlm_loss_curves.png", lambda p: plot_loss_curves(table.results, p)),
     ):
         path = os.path.join(directory, name)

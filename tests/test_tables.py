@@ -190,19 +190,24 @@ def test_a_grid_that_declares_its_pairs_is_tested_on_those(tmp_path):
     """classifier_question declares which rows answer which question (configs/grids.py:
     PAIRS); the default would pair every multi-head row with every talking-heads row
     (scratch with pretrained). --baseline still compares every row with one. A row
-    fine-tuned from scratch shows no MLM numbers (they are its checkpoint's)."""
+    fine-tuned from scratch shows no MLM numbers (they are its checkpoint's); rows at
+    several fine-tuning learning rates get a score-vs-lr plot."""
     out = tmp_path / "sweep"
     rows = {"txt_mh_h8": 80.0, "txt_th_h8": 79.0, "cls_mh_scratch": 60.0,
-            "cls_th_scratch": 58.0}
+            "cls_th_scratch": 58.0, "cls_mh_lr0.001": 82.0}
     for i, (row, score) in enumerate(rows.items()):
+        lr = 1e-3 if row.endswith("lr0.001") else 3e-4
         for seed in (0, 1):
             scores = {s: score + seed + 0.1 * s for s in range(2)}
             fake_run(out / row / f"seed{seed}", f"row={row}", seed, 3.0 + 0.01 * i,
-                     {"sst2": {3e-4: scores}})
+                     {"sst2": {lr: scores}})
 
     args = [f"--out={out}", "--grid=classifier_question", "--format=csv"]
-    result = run_script("tables.py", args)
+    result = run_script("tables.py", [*args, f"--plots={tmp_path / 'plots'}"])
     assert result.returncode == 0, result.stderr
+    # multi-head pretrained at two fine-tuning learning rates: a line
+    assert (tmp_path / "plots" / "score_vs_finetuning_lr.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "plots" / "score_vs_heads.png").exists()  # 8 heads only
     pairs = {(t["a"], t["b"]) for t in read_csv(out / "significance.csv")}
     assert pairs == {("txt_mh_h8", "txt_th_h8"), ("cls_mh_scratch", "cls_th_scratch")}
     table = {r["row"]: r for r in read_csv(out / "table.csv")}
