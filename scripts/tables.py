@@ -20,7 +20,8 @@ Significance. Pairs (A, B): --pairs A:B,... given by hand; else every row vs
 else multi_head vs each other attention at an otherwise equal model (e.g. talking
 heads at the same head count); if there is no such pair, every row vs a baseline
 (by default the first row with the standard head size d/h, else the first row),
-e.g. each key size vs d/h. Values are paired by seed id:
+e.g. each key size vs d/h. A pair with a row that fine-tunes another row's
+checkpoint (pretrained_by) tests only fine-tuning scores. Values are paired by seed id:
   - pretraining seed s of A with pretraining seed s of B, when the two share at
     least two: the same seed gives both the same batches, masks and dropout
     stream, so their difference is not confounded by data order;
@@ -451,7 +452,12 @@ def run_tests(table: Table, pairs: list[tuple[str, str]], resamples: int) -> lis
     by_name = {r.row.name: r for r in table.results}
     tests = []
     for a, b in pairs:
+        # A row that fine-tunes another row's checkpoint has that row's MLM numbers; its
+        # source's own pair tests them.
+        shared = by_name[a].row.pretrained_by or by_name[b].row.pretrained_by
         for metric in table.metrics:
+            if shared and metric.kind in ("mlm", "steps_to"):
+                continue
             over, seeds, va, vb = paired_values(by_name[a], by_name[b], metric, table.averaged)
             if len(seeds) >= 2:
                 tests.append(paired_test(metric, a, b, over, seeds, va, vb, resamples))
