@@ -143,10 +143,14 @@ def read_glue(run_directory: str) -> tuple[dict[str, dict[int, float]], float | 
     return scores, rates.pop() if len(rates) == 1 else None
 
 
+def from_scratch(row: grids.Row) -> bool:
+    """Fine-tuned without pretraining: its checkpoint gives the architecture only, so its
+    MLM numbers (and steps_to) are not the row's and stay empty."""
+    return row.glue.get("init") == "scratch"
+
+
 def read_row(out: str, row: grids.Row) -> RowResult:
-    # A row fine-tuned from scratch uses its checkpoint's architecture only: the MLM
-    # numbers are not its own, so its MLM cells stay empty.
-    scratch = row.glue.get("init") == "scratch"
+    scratch = from_scratch(row)
     runs = []
     for seed, directory in list_runs(out, row.name):
         pretrain = pretrain_dir(run_dir(out, row.pretrained_by, seed) if row.pretrained_by
@@ -618,7 +622,7 @@ def notes(results: list[RowResult], averaged: list[str], test: str, alpha: float
 
 # -- plots -------------------------------------------------------------------------------
 def finetuning_start(row: grids.Row) -> str:
-    if row.glue.get("init") == "scratch":
+    if from_scratch(row):
         return "from scratch"
     return "talking heads inserted" if row.glue.get("insert_th") else "pretrained"
 
@@ -755,7 +759,7 @@ def collect(out: str, grid: str | None = None, grid_file: str | None = None,
     metrics, averaged = build_metrics(results)
     metrics[len(MLM_METRICS):len(MLM_METRICS)] = list(steps_to)
     for run in (run for result in results for run in result.runs
-                if result.row.glue.get("init") != "scratch"):
+                if not from_scratch(result.row)):
         curves: dict[str, dict[int, float]] = {}  # one events read per run and scalar
         for metric in steps_to:
             if metric.key not in curves:
