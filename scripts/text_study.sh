@@ -10,7 +10,7 @@
 #   STEPS=6000 bash scripts/text_study.sh runs/text_6000   # a longer budget, elsewhere
 #
 # STEPS=3000 (12.3M tokens, 1.4 passes over the 137,509 training sequences) is what
-# docs/RESULTS.md ran: about 12 minutes per pretraining alone on 2 cores, 25 with two at
+# docs/RESULTS.md ran: about 12 minutes per pretraining alone on 2 cores, 20 with two at
 # a time (times there).
 #
 # One OUT: one tokenizer and packed corpus for every row, and the classifier grid's
