@@ -149,9 +149,9 @@ GRIDS: dict[str, list[Row]] = {**_lowrank_rows(), **_talking_heads_rows(), **_cp
 ROWS: dict[str, Row] = {row.name: row for rows in GRIDS.values() for row in rows}
 
 # The comparisons a grid was built for, as (A, B) row pairs that scripts/tables.py tests
-# (B - A) unless --pairs says otherwise. Grids without an entry get tables.py's default
-# (multi-head vs the other attentions at an equal model), which would pair every
-# multi-head row of classifier_question with every talking-heads row.
+# (B - A) unless --pairs or --baseline says otherwise. Grids without an entry get
+# tables.py's default (multi-head vs the other attentions at an equal model), which
+# would pair every multi-head row of classifier_question with every talking-heads row.
 PAIRS: dict[str, list[tuple[str, str]]] = {
     # Each fix of the small key size at the same heads, and the key size itself.
     "synthetic_find": [

@@ -281,7 +281,7 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
     if pretrained.bert_params is None:  # init=scratch: one stream per pretraining seed
         init_key = jax.random.fold_in(init_key, pretrained.init_stream)
     sharded = sharding.ShardedState(init_state, mesh, rules, init_key)
-    # Dropout keys fold the step into key(seed + 1), apart from the init key(seed).
+    # Dropout keys fold the step into key(seed + 1), apart from the init key above.
     train_step = sharded.jit_step(steps.make_train_step(
         model, optimizer, schedule, seed + 1, prepare_params=sharded.gather,
         objective=steps.ClassifierObjective(task.is_regression)))
