@@ -171,6 +171,7 @@ PAIRS: dict[str, list[tuple[str, str]]] = {
         ("cls_mh_lr0.0001", "cls_th_lr0.0001"),  # the same lr grid for both
         ("cls_mh_lr0.001", "cls_th_lr0.001"),
         ("txt_th_h8", "txt_th_identity_h8"),  # mixing init: fan-in normal vs identity
+        ("txt_mh_h8", "txt_th_identity_h8"),  # ... and does identity close the gap to MH?
         ("txt_mh_h8", "cls_mh_insert_th"),  # talking heads inserted at identity
         ("txt_th_h8", "cls_mh_insert_th"),  # ... vs talking heads pretrained
     ],

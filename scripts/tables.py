@@ -627,33 +627,54 @@ def finetuning_start(row: grids.Row) -> str:
     return "talking heads inserted" if row.glue.get("insert_th") else "pretrained"
 
 
+def attention_label(model: Any) -> str:
+    """The attention as a plot names it; talking heads with identity-initialised mixing
+    is its own line (it sits beside the fan-in rows at the same heads and lr)."""
+    if model.attention == "talking_heads" and model.talking_heads.init != "fan_in":
+        return f"{model.attention} ({model.talking_heads.init} mixing)"
+    return model.attention
+
+
+def plot_lines(results: list[RowResult], x_name: str
+               ) -> dict[str, list[tuple[float, RowResult]]]:
+    """{line label: [(x, row)]}: rows that differ only in x share a line. A row whose x
+    its line already has (a setting the label does not name) gets a point of its own,
+    labelled with its name, rather than a vertical jump inside someone else's line."""
+    lines: dict[str, list[tuple[float, RowResult]]] = {}
+    for r in results:
+        m = r.model
+        if m is None:
+            continue
+        attention = attention_label(m)
+        if x_name == "heads":
+            default = m.head_key_size == m.hidden_size // m.num_heads
+            x, label = m.num_heads, f"{attention}, key {'d/h' if default else m.head_key_size}"
+        elif x_name == "lr":
+            rates = {run.glue_lr for run in r.runs} - {None}
+            x = rates.pop() if len(rates) == 1 else None
+            label = f"{attention}, {finetuning_start(r.row)}"
+        else:
+            x = m.head_key_size
+            label = f"{attention}, {m.num_heads} heads, value {m.head_value_size}"
+        if x is None:
+            continue
+        if any(x == taken for taken, _ in lines.get(label, [])):
+            label = f"{label} ({r.row.name})"
+        lines.setdefault(label, []).append((x, r))
+    return lines
+
+
 def plot_scores(table: Table, x_name: str, path: str) -> bool:
     """Score vs x (heads, key size, or lr: the fine-tuning learning rate), one line per
-    group of otherwise equal rows."""
+    group of otherwise equal rows (plot_lines)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def x_and_group(r: RowResult) -> tuple[float | None, str]:
-        m = r.model
-        if x_name == "heads":
-            default = m.head_key_size == m.hidden_size // m.num_heads
-            return m.num_heads, f"{m.attention}, key {'d/h' if default else m.head_key_size}"
-        if x_name == "lr":
-            rates = {run.glue_lr for run in r.runs} - {None}
-            lr = rates.pop() if len(rates) == 1 else None
-            return lr, f"{m.attention}, {finetuning_start(r.row)}"
-        return m.head_key_size, f"{m.attention}, {m.num_heads} heads, value {m.head_value_size}"
-
     shown = [m for m in table.metrics if any(table.stat(r, m).n for r in table.results)
              and (x_name != "lr" or m.kind in ("task", "average"))]
-    lines: dict[str, list[tuple[float, RowResult]]] = {}
-    for r in table.results:
-        if r.model is not None:
-            x, group = x_and_group(r)
-            if x is not None:
-                lines.setdefault(group, []).append((x, r))
+    lines = plot_lines(table.results, x_name)
     # A group with one x (e.g. the fixed head size row among key sizes) shows as a point.
     if not shown or all(len({x for x, _ in pts}) < 2 for pts in lines.values()):
         return False

@@ -225,3 +225,33 @@ def test_a_grid_that_declares_its_pairs_is_tested_on_those(tmp_path):
     assert {t["metric"] for t in tests if t["b"] == "txt_th_h8"} == {"MLM loss", "MLM acc",
                                                                      "SST-2"}
     assert {t["metric"] for t in tests if t["b"] == "cls_mh_lr0.001"} == {"SST-2"}
+
+
+def test_identity_mixing_rows_get_their_own_plot_line():
+    """txt_th_identity_h8 is talking heads pretrained and fine-tuned at 3e-4, as txt_th_h8
+    is: one line for both drew a vertical jump at 3e-4 and hid the identity row. The
+    mixing init now names its own line, and any other row whose x its line already holds
+    becomes its own point (named) rather than part of that line."""
+    from configs import grids
+    from scripts import tables
+
+    def result(name: str, lr: float) -> tables.RowResult:
+        run = tables.SeedRun(0, "", "", None, {}, None, glue_lr=lr)
+        r = tables.RowResult(grids.ROWS[name], [run])
+        tables.add_model_stats(r, None, paper_vocab=False)
+        return r
+
+    rows = [result("txt_th_h8", 3e-4), result("cls_th_lr0.001", 1e-3),
+            result("txt_th_identity_h8", 3e-4), result("txt_mh_h8", 3e-4)]
+    lines = tables.plot_lines(rows, "lr")
+    named = {label: sorted((x, r.row.name) for x, r in points) for label, points in lines.items()}
+    assert named == {
+        "talking_heads, pretrained": [(3e-4, "txt_th_h8"), (1e-3, "cls_th_lr0.001")],
+        "talking_heads (identity mixing), pretrained": [(3e-4, "txt_th_identity_h8")],
+        "multi_head, pretrained": [(3e-4, "txt_mh_h8")],
+    }
+    # A setting no label names: the second row at the same x is a point of its own.
+    twin = result("txt_mh_h8", 3e-4)
+    twin.row = grids.Row("txt_mh_h8_twin", twin.row.overrides)
+    lines = tables.plot_lines([rows[3], twin], "lr")
+    assert sorted(lines) == ["multi_head, pretrained", "multi_head, pretrained (txt_mh_h8_twin)"]
