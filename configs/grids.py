@@ -129,8 +129,9 @@ def _classifier_rows(mh: Row, th: Row) -> list[Row]:
     """Part 3: why would talking heads do worse in a user's classifier? Each cause as
     rows beside part 2's multi-head and talking-heads rows (whose pretraining they
     share): training from scratch on the task, the fine-tuning learning rate (the same
-    grid for both), the mixing matrices' init in pretraining (identity vs fan-in), and
-    talking-heads layers inserted at identity into the multi-head checkpoint."""
+    grid for both), the mixing matrices' init (identity vs fan-in) in pretraining and
+    from scratch, and talking-heads layers inserted at identity into the multi-head
+    checkpoint."""
     rows = [mh, th]
     for base, short in ((mh, "mh"), (th, "th")):
         rows.append(Row(f"cls_{short}_scratch", base.overrides, glue={"init": "scratch",
@@ -140,7 +141,11 @@ def _classifier_rows(mh: Row, th: Row) -> list[Row]:
                      pretrained_by=base.name) for lr in (1e-4, 1e-3)]
     rows.append(Row("cls_mh_insert_th", mh.overrides, glue={"insert_th": True},
                     pretrained_by=mh.name))
-    rows.append(Row("txt_th_identity_h8", {**th.overrides, "th_init": "identity"}))
+    identity = Row("txt_th_identity_h8", {**th.overrides, "th_init": "identity"})
+    # From scratch too: the scratch rows take the checkpoint's architecture, mixing init
+    # included, so this is talking heads trained on the task with identity mixing.
+    rows += [identity, Row("cls_th_identity_scratch", identity.overrides,
+                           glue={"init": "scratch", "lr": 1e-3}, pretrained_by=identity.name)]
     return rows
 
 
@@ -172,6 +177,8 @@ PAIRS: dict[str, list[tuple[str, str]]] = {
         ("cls_mh_lr0.001", "cls_th_lr0.001"),
         ("txt_th_h8", "txt_th_identity_h8"),  # mixing init: fan-in normal vs identity
         ("txt_mh_h8", "txt_th_identity_h8"),  # ... and does identity close the gap to MH?
+        ("cls_th_scratch", "cls_th_identity_scratch"),  # mixing init, from scratch
+        ("cls_mh_scratch", "cls_th_identity_scratch"),
         ("txt_mh_h8", "cls_mh_insert_th"),  # talking heads inserted at identity
         ("txt_th_h8", "cls_mh_insert_th"),  # ... vs talking heads pretrained
     ],
