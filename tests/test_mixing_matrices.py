@@ -17,6 +17,8 @@ from helpers import init_params, random_batch, run_script, tiny_model_config
 from models import BertForMaskedLM
 from training.checkpoints import Checkpointer
 
+pytestmark = pytest.mark.slow  # each test starts scripts/mixing_matrices.py
+
 
 def save_run(workdir: str, params) -> None:
     checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"))
