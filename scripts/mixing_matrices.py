@@ -18,6 +18,7 @@ directly. Nothing is retrained: the newest (or --step) checkpoint is read.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -36,29 +37,24 @@ flags.DEFINE_string("json", None, "also write the numbers here")
 MIXINGS = ("logits_mixing", "weights_mixing")
 
 
-def column_shares(mixing: np.ndarray) -> dict[str, float]:
-    """{own, top}: shares of each column's squared weights, averaged over columns (own
-    only for a square matrix)."""
-    squared = np.asarray(mixing, dtype=np.float64) ** 2
-    totals = squared.sum(axis=0)
-    shares = {"top": float(np.mean(squared.max(axis=0) / totals))}
-    if squared.shape[0] == squared.shape[1]:
-        shares["own"] = float(np.mean(np.diag(squared) / totals))
+def column_shares(mixings: np.ndarray) -> dict[str, float]:
+    """{own, top}: shares of each column's squared weights, averaged over the columns
+    of one matrix [in, out] or of a stack of them [..., in, out] (own only if square)."""
+    squared = np.asarray(mixings, dtype=np.float64) ** 2
+    totals = squared.sum(axis=-2)
+    shares = {"top": float(np.mean(squared.max(axis=-2) / totals))}
+    if squared.shape[-2] == squared.shape[-1]:
+        diagonal = np.diagonal(squared, axis1=-2, axis2=-1)
+        shares["own"] = float(np.mean(diagonal / totals))
     return shares
 
 
+@functools.cache
 def fan_in_shares(shape: tuple[int, int], draws: int = 10_000, seed: int = 0
                   ) -> dict[str, float]:
     """The same shares for the reference init, normal with stddev 1/sqrt(fan_in) (the
-    scale cancels in a share, so a standard normal)."""
-    matrices = np.random.default_rng(seed).standard_normal((draws, *shape))
-    squared = matrices ** 2
-    totals = squared.sum(axis=1)
-    shares = {"top": float(np.mean(squared.max(axis=1) / totals))}
-    if shape[0] == shape[1]:
-        diagonal = np.diagonal(squared, axis1=1, axis2=2)
-        shares["own"] = float(np.mean(diagonal / totals))
-    return shares
+    scale cancels in a share, so standard normal draws)."""
+    return column_shares(np.random.default_rng(seed).standard_normal((draws, *shape)))
 
 
 def find_mixings(tree: Any, path: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
@@ -108,13 +104,11 @@ def main(argv: list[str]) -> None:
         logging.set_verbosity(logging.WARNING)  # Orbax's restore notes are not results
     if not FLAGS.workdir:
         sys.exit("error: give --workdir PRETRAIN_WORKDIR (repeatable)")
-    from training.checkpoints import CheckpointError
-
     report = {}
     for workdir in FLAGS.workdir:
         try:
             report[workdir] = found = describe(workdir, FLAGS.step)
-        except (ValueError, OSError, CheckpointError) as e:
+        except (ValueError, OSError) as e:  # CheckpointError is a ValueError
             sys.exit(f"error: {e}")
         print(f"{workdir} (step {found['step']}): share of each output head's squared "
               f"weights (fan-in normal init in brackets)")
