@@ -72,16 +72,9 @@ def find_mixings(tree: Any, path: tuple[str, ...] = ()) -> dict[str, np.ndarray]
 
 
 def read_mixings(workdir: str, step: int | None) -> tuple[int, dict[str, np.ndarray]]:
-    from training.checkpoints import Checkpointer
+    from training.checkpoints import restore_run
 
-    directory = os.path.join(workdir, "checkpoints")
-    if not os.path.isdir(directory):
-        raise ValueError(f"{workdir}: no checkpoints/ (not a pretraining run?)")
-    checkpointer = Checkpointer(directory, read_only=True)
-    try:
-        state, _, restored_step = checkpointer.restore(step=step)
-    finally:
-        checkpointer.close()
+    state, _, restored_step, _ = restore_run(workdir, step)
     params = state.get("params", {}) if isinstance(state, dict) else {}
     mixings = find_mixings(params)
     if not mixings:

@@ -28,7 +28,7 @@ import numpy as np
 from configs import pretrain
 from configs.overrides import apply_overrides
 from models import ModelConfig, TalkingHeadsConfig
-from training.checkpoints import Checkpointer
+from training.checkpoints import restore_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -194,9 +194,8 @@ def tiny_run_config(corpus: str, cache: str, steps: int, **extra):
 
 def final_params(workdir: str):
     """(step, params) of a pretraining workdir's latest checkpoint."""
-    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True)
-    state, _, step = checkpointer.restore()
-    return step, state["params"]
+    restored = restore_run(workdir)
+    return restored.step, restored.state["params"]
 
 
 def run_script(name: str, args: list[str], timeout: int = 300) -> subprocess.CompletedProcess:

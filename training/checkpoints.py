@@ -23,7 +23,7 @@ import logging as std_logging
 import os
 import shutil
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import orbax.checkpoint as ocp
@@ -246,6 +246,33 @@ class Checkpointer:
 
     def close(self) -> None:
         self.manager.close()
+
+
+class RestoredRun(NamedTuple):
+    state: Any  # as saved, on this process's first device
+    config: dict
+    step: int
+    directory: str  # the step's directory, for messages
+
+
+def restore_run(workdir: str, step: int | None = None, name: str | None = None
+                ) -> RestoredRun:
+    """A run's checkpoint from its checkpoints/, for readers (fine-tuning, analysis
+    scripts): `step`, else the newest that restores. name: how errors name the run
+    (default: the workdir)."""
+    name = name or workdir
+    directory = os.path.join(workdir, "checkpoints")
+    if not os.path.isdir(directory):
+        raise CheckpointError(f"{name}: no checkpoints/ (not a pretraining run?)")
+    checkpointer = Checkpointer(directory, read_only=True)
+    try:
+        if checkpointer.latest_step() is None:
+            raise CheckpointError(f"{name}: checkpoints/ holds no checkpoint")
+        # A damaged latest checkpoint falls back to the one before (named in a warning).
+        state, config, restored = checkpointer.restore(step=step)
+    finally:
+        checkpointer.close()
+    return RestoredRun(state, config, restored, checkpointer.step_directory(restored))
 
 
 def _first_line(error: Exception) -> str:

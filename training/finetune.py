@@ -64,16 +64,8 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
         raise ValueError(f"init={config.init!r} is unknown; choose one of {', '.join(INITS)}")
     if config.init_from:
         workdir = config.init_from
-        ckpt_dir = os.path.join(workdir, "checkpoints")
-        if not os.path.isdir(ckpt_dir):
-            raise CheckpointError(f"init_from={workdir}: no checkpoints/ (not a pretraining run?)")
-        checkpointer = checkpoints.Checkpointer(ckpt_dir, read_only=True)
-        if checkpointer.latest_step() is None:
-            raise CheckpointError(f"init_from={workdir}: checkpoints/ holds no checkpoint")
-        # A damaged latest checkpoint falls back to the one before (named in a warning).
-        state, saved, step = checkpointer.restore(step=config.checkpoint_step)
-        checkpointer.close()
-        where = checkpointer.step_directory(step)
+        state, saved, step, where = checkpoints.restore_run(
+            workdir, config.checkpoint_step, name=f"init_from={workdir}")
         if not isinstance(saved.get("model"), dict):
             raise CheckpointError(f"{where}: its config has no model settings "
                                   f"(not a pretraining checkpoint?)")
