@@ -40,8 +40,14 @@ from models import BertForMaskedLM, ModelConfig  # noqa: E402
 from scripts import attention_memory, benchmark  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("out", "accelerator_check", "directory for check.json and check.md")
-flags.DEFINE_bool("quick", False, "tiny shapes and few steps (a CPU smoke run)")
+
+
+def define_flags() -> None:
+    """The command line's flags, defined when run as a script only: tests import this
+    module, and absl's global flags of two scripts (--out in several) collide in one
+    process."""
+    flags.DEFINE_string("out", "accelerator_check", "directory for check.json and check.md")
+    flags.DEFINE_bool("quick", False, "tiny shapes and few steps (a CPU smoke run)")
 
 
 def model_config(arg: str) -> ModelConfig:
@@ -187,4 +193,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

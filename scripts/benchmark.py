@@ -63,29 +63,35 @@ from training import hardware, steps
 from training.optimizer import make_optimizer, with_learning_rate
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string(
-    "config", "configs/pretrain.py:size=base",
-    "config file[:ARGS], e.g. configs/pretrain.py:size=base,attention=talking_heads")
-flags.DEFINE_multi_string(
-    "compare", [],
-    "another entry: extra ARGS appended to --config's (attention=talking_heads) or a whole "
-    "FILE[:ARGS]; repeatable; ratios are against --config")
-flags.DEFINE_integer("batch", None, "sequences per step (default: the config's batch_size)")
-flags.DEFINE_integer("seq_len", None, "tokens per sequence (default: data.max_seq_length)")
-flags.DEFINE_integer("predictions", None,
-                     "MLM targets per sequence (default: data.max_predictions_per_seq)")
-flags.DEFINE_integer("steps", 10, "timed steps per entry (the median is reported)")
-flags.DEFINE_integer("warmup", 3, "untimed steps per entry after compilation")
-flags.DEFINE_bool("vs_hf", False, "add transformers' FlaxBertForMaskedLM (dense MLM loss)")
-flags.DEFINE_bool("device_masking", False,
-                  "add ours fed unmasked rows, masking inside the step (data.masking=device); "
-                  "its ratio to the first entry is the masking's share of the step")
-flags.DEFINE_bool("dense_mlm", False,
-                  "add ours with MLM logits at every position (HF's workload, like for like)")
-flags.DEFINE_float("peak_flops", None, "peak FLOP/s per device for MFU; default: hardware.py")
-flags.DEFINE_string("json", None, "write the results here as JSON")
-flags.DEFINE_string("markdown", None, "write the markdown table here (it is printed anyway)")
-flags.DEFINE_integer("seed", 0, "init, batch and dropout seed")
+
+
+def define_flags() -> None:
+    """The command line's flags, defined when run as a script only: tests import this
+    module, and absl's global flags of two scripts (--out in several) collide in one
+    process."""
+    flags.DEFINE_string(
+        "config", "configs/pretrain.py:size=base",
+        "config file[:ARGS], e.g. configs/pretrain.py:size=base,attention=talking_heads")
+    flags.DEFINE_multi_string(
+        "compare", [],
+        "another entry: extra ARGS appended to --config's (attention=talking_heads) or a whole "
+        "FILE[:ARGS]; repeatable; ratios are against --config")
+    flags.DEFINE_integer("batch", None, "sequences per step (default: the config's batch_size)")
+    flags.DEFINE_integer("seq_len", None, "tokens per sequence (default: data.max_seq_length)")
+    flags.DEFINE_integer("predictions", None,
+                         "MLM targets per sequence (default: data.max_predictions_per_seq)")
+    flags.DEFINE_integer("steps", 10, "timed steps per entry (the median is reported)")
+    flags.DEFINE_integer("warmup", 3, "untimed steps per entry after compilation")
+    flags.DEFINE_bool("vs_hf", False, "add transformers' FlaxBertForMaskedLM (dense MLM loss)")
+    flags.DEFINE_bool("device_masking", False,
+                      "add ours fed unmasked rows, masking inside the step (data.masking=device); "
+                      "its ratio to the first entry is the masking's share of the step")
+    flags.DEFINE_bool("dense_mlm", False,
+                      "add ours with MLM logits at every position (HF's workload, like for like)")
+    flags.DEFINE_float("peak_flops", None, "peak FLOP/s per device for MFU; default: hardware.py")
+    flags.DEFINE_string("json", None, "write the results here as JSON")
+    flags.DEFINE_string("markdown", None, "write the markdown table here (it is printed anyway)")
+    flags.DEFINE_integer("seed", 0, "init, batch and dropout seed")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -606,4 +612,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

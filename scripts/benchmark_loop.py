@@ -42,14 +42,20 @@ from training import pretrain, sharding  # noqa: E402
 from training.optimizer import make_optimizer  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("config", "configs/pretrain.py:size=mini,batch=32,seq_len=128",
-                    "configs/pretrain.py[:ARGS] for both sides")
-flags.DEFINE_multi_string("set", [], "extra FIELD=VALUE overrides for both (repeatable)")
-flags.DEFINE_integer("steps", 60, "steps per side per round")
-flags.DEFINE_integer("log_every", 10, "train.py's log interval (its step_time_s windows)")
-flags.DEFINE_integer("rounds", 3, "loop/bare alternations")
-flags.DEFINE_string("json", None, "write the results here")
-flags.DEFINE_integer("host_batch", 256, "global batch for the host input rate (0: skip it)")
+
+
+def define_flags() -> None:
+    """The command line's flags, defined when run as a script only: tests import this
+    module, and absl's global flags of two scripts (--out in several) collide in one
+    process."""
+    flags.DEFINE_string("config", "configs/pretrain.py:size=mini,batch=32,seq_len=128",
+                        "configs/pretrain.py[:ARGS] for both sides")
+    flags.DEFINE_multi_string("set", [], "extra FIELD=VALUE overrides for both (repeatable)")
+    flags.DEFINE_integer("steps", 60, "steps per side per round")
+    flags.DEFINE_integer("log_every", 10, "train.py's log interval (its step_time_s windows)")
+    flags.DEFINE_integer("rounds", 3, "loop/bare alternations")
+    flags.DEFINE_string("json", None, "write the results here")
+    flags.DEFINE_integer("host_batch", 256, "global batch for the host input rate (0: skip it)")
 
 
 def load_config(spec: str, overrides: list[str]):
@@ -153,4 +159,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

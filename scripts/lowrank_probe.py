@@ -585,7 +585,7 @@ def write_outputs(results: dict[str, Any], out_dir: str, doc: str | None, comman
 
 
 # -- entry point ----------------------------------------------------------------------------
-def _define_flags() -> None:
+def define_flags() -> None:
     # Defined only when run as a script: the tests import this module for its math, and
     # global absl flags named n/steps/out would collide with other scripts in one process.
     from absl import flags
@@ -626,5 +626,5 @@ def main(argv: list[str]) -> None:
 if __name__ == "__main__":
     from absl import app
 
-    _define_flags()
+    define_flags()
     app.run(main)

@@ -30,9 +30,15 @@ from absl import app, flags, logging
 from training.files import write_json_atomic
 
 FLAGS = flags.FLAGS
-flags.DEFINE_multi_string("workdir", [], "a talking-heads pretraining workdir (repeatable)")
-flags.DEFINE_integer("step", None, "the checkpoint step (default: the newest that restores)")
-flags.DEFINE_string("json", None, "also write the numbers here")
+
+
+def define_flags() -> None:
+    """The command line's flags, defined when run as a script only: tests import this
+    module, and absl's global flags of two scripts (--out in several) collide in one
+    process."""
+    flags.DEFINE_multi_string("workdir", [], "a talking-heads pretraining workdir (repeatable)")
+    flags.DEFINE_integer("step", None, "the checkpoint step (default: the newest that restores)")
+    flags.DEFINE_string("json", None, "also write the numbers here")
 
 MIXINGS = ("logits_mixing", "weights_mixing")
 
@@ -115,4 +121,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

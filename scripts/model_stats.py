@@ -21,9 +21,15 @@ from models import ModelConfig
 from models.flops import flop_count, parameter_counts
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("grid", None, f"one of {sorted(grids.GRIDS)}; default: all grids")
-flags.DEFINE_string("config", None, "configs/model.py:ARGS style model args (overrides --grid)")
-flags.DEFINE_integer("seq_len", 128, "sequence length for the attention FLOPs")
+
+
+def define_flags() -> None:
+    """The command line's flags, defined when run as a script only: tests import this
+    module, and absl's global flags of two scripts (--out in several) collide in one
+    process."""
+    flags.DEFINE_string("grid", None, f"one of {sorted(grids.GRIDS)}; default: all grids")
+    flags.DEFINE_string("config", None, "configs/model.py:ARGS style model args (overrides --grid)")
+    flags.DEFINE_integer("seq_len", 128, "sequence length for the attention FLOPs")
 
 
 def row_line(name: str, cfg: ModelConfig, seq_len: int, reported: dict) -> str:
@@ -57,4 +63,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

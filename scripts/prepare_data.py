@@ -26,9 +26,16 @@ from ml_collections import config_flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "configs/pretrain.py[:ARGS]", lock_config=True)
-flags.DEFINE_string("workdir", None, "run directory (its data_cache/ when data.cache_dir "
-                    "is unset)")
+
+
+def define_flags() -> None:
+    """The command line's flags, defined when run as a script only: tests import this
+    module, and absl's global flags of two scripts (--out in several) collide in one
+    process."""
+    config_flags.DEFINE_config_file("config", None, "configs/pretrain.py[:ARGS]",
+                                    lock_config=True)
+    flags.DEFINE_string("workdir", None, "run directory (its data_cache/ when data.cache_dir "
+                        "is unset)")
 
 
 def _error(message: str, code: int) -> None:
@@ -68,4 +75,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main, flags_parser=parse_flags)

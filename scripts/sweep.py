@@ -47,30 +47,39 @@ from training.files import write_text_atomic
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("grid", None, f"a grid of configs/grids.py: {', '.join(sorted(grids.GRIDS))}")
-flags.DEFINE_string("grid_file", None, "a Python file defining GRID (see scripts/sweep_grids.py)")
-flags.DEFINE_string("out", None, "root directory of the sweep's runs")
-flags.DEFINE_string("pretrain_args", "", "configs/pretrain.py args added to every row's, "
-                    "e.g. steps=2000,batch=64")
-flags.DEFINE_multi_string("pretrain_overrides", [], "FIELD=VALUE, passed to train.py as "
-                          "--config.FIELD=VALUE (repeatable), e.g. data.corpus=DIR; the runs "
-                          "start in the repository root, so relative paths are relative to it")
-flags.DEFINE_string("glue_tasks", "all", "GLUE tasks after pretraining: comma list, all or none")
-flags.DEFINE_string("glue_args", "", "configs/glue.py args, e.g. seeds=5,max_train=2000")
-flags.DEFINE_multi_string("glue_overrides", [], "FIELD=VALUE, passed to eval_glue.py as "
-                          "--config.FIELD=VALUE (repeatable)")
-flags.DEFINE_string("glue_dir", None, "GLUE TSV folder; unset: nyu-mll/glue from the hub")
-flags.DEFINE_list("seeds", [], "pretraining seeds, each in RUN=OUT/ROW/seed{S}; "
-                  "empty: the config's seed, RUN=OUT/ROW")
-flags.DEFINE_list("rows", [], "only these rows of the grid, in the grid's order; empty: all")
-flags.DEFINE_integer("parallel", 1, "local mode: runs at a time", lower_bound=1)
-flags.DEFINE_enum("mode", "local", ["local", "cluster"],
-                  "local: run here; cluster: write run scripts and a launch list only")
-flags.DEFINE_bool("dry_run", False, "print parameters, FLOPs and commands; write nothing")
-flags.DEFINE_string("jax_cache", "auto", "persistent XLA compilation cache of the runs: "
-                    "auto (OUT/jax_cache), none, or a directory")
-flags.DEFINE_string("python", sys.executable, "interpreter for train.py and eval_glue.py")
-flags.mark_flag_as_required("out")
+
+
+def define_flags() -> None:
+    """The command line's flags, defined when run as a script only: tests import this
+    module, and absl's global flags of two scripts (--out in several) collide in one
+    process."""
+    flags.DEFINE_string("grid", None,
+                        f"a grid of configs/grids.py: {', '.join(sorted(grids.GRIDS))}")
+    flags.DEFINE_string("grid_file", None,
+                        "a Python file defining GRID (see scripts/sweep_grids.py)")
+    flags.DEFINE_string("out", None, "root directory of the sweep's runs")
+    flags.DEFINE_string("pretrain_args", "", "configs/pretrain.py args added to every row's, "
+                        "e.g. steps=2000,batch=64")
+    flags.DEFINE_multi_string("pretrain_overrides", [], "FIELD=VALUE, passed to train.py as "
+                              "--config.FIELD=VALUE (repeatable), e.g. data.corpus=DIR; the runs "
+                              "start in the repository root, so relative paths are relative to it")
+    flags.DEFINE_string("glue_tasks", "all",
+                        "GLUE tasks after pretraining: comma list, all or none")
+    flags.DEFINE_string("glue_args", "", "configs/glue.py args, e.g. seeds=5,max_train=2000")
+    flags.DEFINE_multi_string("glue_overrides", [], "FIELD=VALUE, passed to eval_glue.py as "
+                              "--config.FIELD=VALUE (repeatable)")
+    flags.DEFINE_string("glue_dir", None, "GLUE TSV folder; unset: nyu-mll/glue from the hub")
+    flags.DEFINE_list("seeds", [], "pretraining seeds, each in RUN=OUT/ROW/seed{S}; "
+                      "empty: the config's seed, RUN=OUT/ROW")
+    flags.DEFINE_list("rows", [], "only these rows of the grid, in the grid's order; empty: all")
+    flags.DEFINE_integer("parallel", 1, "local mode: runs at a time", lower_bound=1)
+    flags.DEFINE_enum("mode", "local", ["local", "cluster"],
+                      "local: run here; cluster: write run scripts and a launch list only")
+    flags.DEFINE_bool("dry_run", False, "print parameters, FLOPs and commands; write nothing")
+    flags.DEFINE_string("jax_cache", "auto", "persistent XLA compilation cache of the runs: "
+                        "auto (OUT/jax_cache), none, or a directory")
+    flags.DEFINE_string("python", sys.executable, "interpreter for train.py and eval_glue.py")
+    flags.mark_flag_as_required("out")
 
 # Arguments the sweep sets itself; a user's value would silently fight it.
 _OWN_PRETRAIN_ARGS = {"row"}
@@ -543,4 +552,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

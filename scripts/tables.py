@@ -72,22 +72,28 @@ from training.results import (
 )
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("out", None, "the sweep's root directory (scripts/sweep.py --out)")
-flags.DEFINE_string("grid", None, f"rows of configs/grids.py: {', '.join(sorted(grids.GRIDS))}")
-flags.DEFINE_string("grid_file", None, "rows from a grid file (see scripts/sweep_grids.py)")
-flags.DEFINE_list("format", ["md", "csv"], "files to write into --tables_dir: md, csv")
-flags.DEFINE_string("tables_dir", None, "where table.md/table.csv/significance.csv go; "
-                    "default: --out")
-flags.DEFINE_string("plots", None, "directory for PNG plots; unset: no plots")
-flags.DEFINE_list("pairs", [], "A:B row pairs to test (B - A); default: see the docstring")
-flags.DEFINE_string("baseline", None, "compare every row with this one")
-flags.DEFINE_enum("test", "t", ["t", "wilcoxon"], "the paired test behind the verdict")
-flags.DEFINE_float("alpha", 0.05, "significance level")
-flags.DEFINE_integer("bootstrap", 10_000, "bootstrap resamples of the seed pairs")
-flags.DEFINE_list("steps_to", [], "TAG>=VALUE or TAG<=VALUE: a column with the first "
-                  "pretraining step whose TensorBoard scalar TAG reaches VALUE, e.g. "
-                  "eval_accuracy>=0.99 (how fast a row learns, when all end at the same level)")
-flags.mark_flag_as_required("out")
+
+
+def define_flags() -> None:
+    """The command line's flags, defined when run as a script only: tests import this
+    module, and absl's global flags of two scripts (--out in several) collide in one
+    process."""
+    flags.DEFINE_string("out", None, "the sweep's root directory (scripts/sweep.py --out)")
+    flags.DEFINE_string("grid", None, f"rows of configs/grids.py: {', '.join(sorted(grids.GRIDS))}")
+    flags.DEFINE_string("grid_file", None, "rows from a grid file (see scripts/sweep_grids.py)")
+    flags.DEFINE_list("format", ["md", "csv"], "files to write into --tables_dir: md, csv")
+    flags.DEFINE_string("tables_dir", None, "where table.md/table.csv/significance.csv go; "
+                        "default: --out")
+    flags.DEFINE_string("plots", None, "directory for PNG plots; unset: no plots")
+    flags.DEFINE_list("pairs", [], "A:B row pairs to test (B - A); default: see the docstring")
+    flags.DEFINE_string("baseline", None, "compare every row with this one")
+    flags.DEFINE_enum("test", "t", ["t", "wilcoxon"], "the paired test behind the verdict")
+    flags.DEFINE_float("alpha", 0.05, "significance level")
+    flags.DEFINE_integer("bootstrap", 10_000, "bootstrap resamples of the seed pairs")
+    flags.DEFINE_list("steps_to", [], "TAG>=VALUE or TAG<=VALUE: a column with the first "
+                      "pretraining step whose TensorBoard scalar TAG reaches VALUE, e.g. "
+                      "eval_accuracy>=0.99 (how fast a row learns, when all end at the same level)")
+    flags.mark_flag_as_required("out")
 
 # Paper number -> (its column, the column of ours it stands beside; None: at the end).
 PAPER_COLUMNS = {"params_m": ("params (paper)", "params @30522"),
@@ -839,4 +845,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

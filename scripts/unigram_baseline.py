@@ -25,8 +25,14 @@ from training import results
 from training.files import write_json_atomic
 
 FLAGS = flags.FLAGS
-flags.DEFINE_multi_string("workdir", [], "a finished (or running) pretraining workdir")
-flags.DEFINE_string("json", None, "also write the numbers here")
+
+
+def define_flags() -> None:
+    """The command line's flags, defined when run as a script only: tests import this
+    module, and absl's global flags of two scripts (--out in several) collide in one
+    process."""
+    flags.DEFINE_multi_string("workdir", [], "a finished (or running) pretraining workdir")
+    flags.DEFINE_string("json", None, "also write the numbers here")
 
 
 def unigram_log_probs(train_ids: np.ndarray, vocab_size: int, excluded: list[int]) -> np.ndarray:
@@ -96,4 +102,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -25,8 +25,16 @@ def model_config(extra: str = "") -> ModelConfig:
     return ModelConfig.from_config(pretrain.get_config(",".join(filter(None, (ARGS, extra)))).model)
 
 
+@pytest.fixture(scope="module")
+def benchmark_flags():
+    """The script's absl flags, defined once in this process (python scripts/benchmark.py
+    defines them itself; importing the module defines none)."""
+    benchmark.define_flags()
+    return benchmark.FLAGS
+
+
 @pytest.fixture
-def run_main(tmp_path):
+def run_main(tmp_path, benchmark_flags):
     """Runs benchmark.main with the given flags; returns the JSON it wrote."""
 
     def run(*flags: str) -> dict:
@@ -35,11 +43,11 @@ def run_main(tmp_path):
                 f"--predictions={PREDICTIONS}", "--steps=2", "--warmup=1",
                 "--peak_flops=1e11",  # skips the matmul measurement; MFU is checked below
                 f"--json={out}", f"--markdown={tmp_path / 'bench.md'}", *flags]
-        benchmark.FLAGS(argv)
+        benchmark_flags(argv)
         try:
             benchmark.main(["benchmark"])
         finally:
-            benchmark.FLAGS.unparse_flags()
+            benchmark_flags.unparse_flags()
         return json.loads(out.read_text())
 
     return run
