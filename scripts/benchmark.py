@@ -93,6 +93,7 @@ def define_flags() -> None:
     flags.DEFINE_string("markdown", None, "write the markdown table here (it is printed anyway)")
     flags.DEFINE_integer("seed", 0, "init, batch and dropout seed")
 
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

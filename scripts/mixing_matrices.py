@@ -40,6 +40,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("step", None, "the checkpoint step (default: the newest that restores)")
     flags.DEFINE_string("json", None, "also write the numbers here")
 
+
 MIXINGS = ("logits_mixing", "weights_mixing")
 
 

@@ -81,6 +81,7 @@ def define_flags() -> None:
     flags.DEFINE_string("python", sys.executable, "interpreter for train.py and eval_glue.py")
     flags.mark_flag_as_required("out")
 
+
 # Arguments the sweep sets itself; a user's value would silently fight it.
 _OWN_PRETRAIN_ARGS = {"row"}
 _OWN_GLUE_ARGS = {"task", "init_from", "glue_dir"}

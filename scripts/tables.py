@@ -95,6 +95,7 @@ def define_flags() -> None:
                       "eval_accuracy>=0.99 (how fast a row learns, when all end at the same level)")
     flags.mark_flag_as_required("out")
 
+
 # Paper number -> (its column, the column of ours it stands beside; None: at the end).
 PAPER_COLUMNS = {"params_m": ("params (paper)", "params @30522"),
                  "mnli": ("MNLI (paper)", "MNLI-m"),
@@ -496,7 +497,6 @@ def describe(result: RowResult) -> dict[str, str]:
     return {"attention": m.attention, "heads": str(m.num_heads), "key": str(m.head_key_size),
             "value": str(m.head_value_size), "GFLOPs/token": f"{result.flops / 1e9:.4g}",
             "params": sweep_grids.millions(result.params)}
-
 
 
 def finetuning_cell(row: grids.Row) -> str:
