@@ -139,7 +139,8 @@ def load_tokenizer(path: str | os.PathLike, *, lowercase: bool = True) -> Tokeni
     """Loads a directory (tokenizer.json preferred, else vocab.txt) or either file.
 
     `lowercase` applies to vocab.txt only (tokenizer.json carries its normalizer):
-    True for uncased Google checkpoints.
+    True for uncased Google checkpoints. Truncation and padding saved in a tokenizer.json
+    are dropped.
     """
     p = Path(path)
     if p.is_dir():
@@ -156,6 +157,11 @@ def load_tokenizer(path: str | os.PathLike, *, lowercase: bool = True) -> Tokeni
                 _add_template(tokenizer)
     except Exception as e:  # the Rust side raises plain Exceptions on bad files
         raise TokenizerError(f"tokenizer: cannot load {p}: {e}") from e
+    # A tokenizer.json may carry its own truncation and padding (sentence-transformers'
+    # pad every text to 128 tokens): every encoder here cuts and pads for itself, and a
+    # padded sentence would be packed with [PAD]s inside it.
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
     SpecialIds.from_tokenizer(tokenizer, str(p))
     return tokenizer
 

@@ -365,6 +365,29 @@ def test_load_tokenizer_instead_of_training(tmp_path):
     assert not list((tmp_path / "cache").glob("tokenizer-*"))
 
 
+def test_a_tokenizer_json_that_pads_and_truncates_packs_as_a_plain_one(tmp_path):
+    """sentence-transformers' tokenizer.json files (all-MiniLM-L6-v2's among them) pad
+    every text to 128 tokens and truncate it: kept, every sentence would be packed as 128
+    ids with [PAD]s inside the text. The loader drops both, so such a tokenizer packs the
+    corpus exactly as the same vocabulary without them."""
+    write_multi_file_corpus(tmp_path / "c")
+    plain = ip.train_tokenizer(ENGLISH_SENTENCES * 2, 150, tmp_path / "plain")
+    padded = ip.load_tokenizer(tmp_path / "plain")
+    padded.enable_padding(length=128)
+    padded.enable_truncation(max_length=4)
+    (tmp_path / "padded").mkdir()
+    (tmp_path / "padded" / "tokenizer.json").write_text(padded.to_str())
+    assert len(ip.load_tokenizer(tmp_path / "padded").encode("the cat").ids) == len(
+        plain.encode("the cat").ids)
+
+    def packed(tokenizer_dir: str) -> np.ndarray:
+        return ip.build_pretraining_data(str(tmp_path / "c"), tmp_path / tokenizer_dir / "cache",
+                                         tokenizer=tmp_path / tokenizer_dir, max_seq_length=16,
+                                         eval_fraction=0.1).train.input_ids[:]
+
+    np.testing.assert_array_equal(packed("padded"), packed("plain"))
+
+
 # ------------------------------------------------------------------------------------
 # Masking
 # ------------------------------------------------------------------------------------
