@@ -33,6 +33,7 @@ GLUE_ARGS = {
     "max_train": "max_train_examples",
     "init": "init",
     "insert_th": "insert_talking_heads",
+    "save_model": "save_model",
 }
 
 
@@ -75,6 +76,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval_batch_size = 128
     config.log_every_steps = 50
     config.write_test_predictions = True  # GLUE submission files for the best run
+    # Fine-tuned parameters kept in TASK/lr{LR}_seed{S}/model/ for scripts/export_hf.py:
+    # best (the run GLUE's submission comes from: the best learning rate's best seed; the
+    # other runs' are removed once the task's summary is made) | all | none.
+    config.save_model = "best"
     # Mesh axes sizes, as pretraining: data parallel over every device by default; set
     # fsdp (or tensor) to shard a large row's parameters. Batch sizes must divide by the
     # batch shards (data x fsdp).

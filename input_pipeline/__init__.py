@@ -32,6 +32,7 @@ from input_pipeline.tokenizer import (
     SpecialIds,
     TokenizedDocs,
     load_tokenizer,
+    save_tokenizer,
     tokenize_documents,
     train_tokenizer,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "parse_corpus_spec",
     "process_rows",
     "read_text_file",
+    "save_tokenizer",
     "split_documents",
     "tokenize_documents",
     "train_tokenizer",

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from models.config import ModelConfig
+from models.hf_export import ABLATION_MODEL_TYPE
 from training.checkpoints import CheckpointError  # one class for every checkpoint error
 
 __all__ = ["CheckpointError", "convert_bert", "from_pretrained", "load_state_dict"]
@@ -78,11 +79,23 @@ def flax_to_torch_names(tree: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
+# config.json keys of a `bert_ablation` export (models/hf_export.py) that are ModelConfig
+# fields under the same name.
+ABLATION_FIELDS = ("attention", "key_size", "value_size", "norm_placement")
+
+
 def model_config_from_hf(hf_config: Mapping[str, Any], **overrides: Any) -> ModelConfig:
-    """Our ModelConfig from a Hugging Face BertConfig dict (config.json)."""
+    """Our ModelConfig from a Hugging Face BertConfig dict (config.json), or from the
+    config.json of a `bert_ablation` export (its attention variant included)."""
+    from models.config import TalkingHeadsConfig
+
     act = hf_config.get("hidden_act", "gelu")
     if act != "gelu":
         raise CheckpointError(f"config.json: hidden_act={act!r}; only exact 'gelu' (BERT) is built")
+    model_type = hf_config.get("model_type", "bert")
+    if model_type not in ("bert", ABLATION_MODEL_TYPE):
+        raise CheckpointError(f"config.json: model_type={model_type!r}; only 'bert' and "
+                              f"{ABLATION_MODEL_TYPE!r} (this project's exports) are read")
     fields = dict(
         vocab_size=hf_config["vocab_size"],
         num_layers=hf_config["num_hidden_layers"],
@@ -97,6 +110,9 @@ def model_config_from_hf(hf_config: Mapping[str, Any], **overrides: Any) -> Mode
         initializer_range=hf_config.get("initializer_range", 0.02),
         size="hf",
     )
+    if model_type == ABLATION_MODEL_TYPE:
+        fields.update({k: hf_config[k] for k in ABLATION_FIELDS if k in hf_config})
+        fields["talking_heads"] = TalkingHeadsConfig(**hf_config.get("talking_heads") or {})
     fields.update(overrides)
     return ModelConfig(**fields)
 
@@ -156,9 +172,10 @@ def fill_missing(converted: dict[str, Any], config: ModelConfig, seed: int = 0):
 
 # -- mapping -------------------------------------------------------------------
 def convert_bert(state: Mapping[str, np.ndarray], config: ModelConfig) -> dict[str, Any]:
-    """{torch_name: array} -> our params {'bert': ..., 'mlm_head': ...} (head if present)."""
+    """{torch_name: array} -> our params {'bert': ..., 'mlm_head' or 'classifier': ...}
+    (heads if present)."""
     reader = _Reader(state)
-    d, n = config.hidden_size, config.num_heads
+    d, n, g = config.hidden_size, config.num_logit_heads, config.num_value_heads
     k, v = config.head_key_size, config.head_value_size
 
     def linear(name: str, in_shape: tuple[int, ...] = (), out_shape: tuple[int, ...] = ()):
@@ -186,13 +203,17 @@ def convert_bert(state: Mapping[str, np.ndarray], config: ModelConfig) -> dict[s
         bert["pooler"] = linear("pooler.dense")
     for i in range(config.num_layers):
         p = f"encoder.layer.{i}"
+        attention = {
+            "query": linear(f"{p}.attention.self.query", out_shape=(n, k)),
+            "key": linear(f"{p}.attention.self.key", out_shape=(n, k)),
+            "value": linear(f"{p}.attention.self.value", out_shape=(g, v)),
+            "out": linear(f"{p}.attention.output.dense", in_shape=(g, v), out_shape=(d,)),
+        }
+        for name in ("logits_mixing", "weights_mixing"):  # talking heads' P_l, P_w
+            if reader.has(f"{p}.attention.self.{name}"):
+                attention[name] = reader.take(f"{p}.attention.self.{name}")
         bert["encoder"][f"layer_{i}"] = {
-            "attention": {
-                "query": linear(f"{p}.attention.self.query", out_shape=(n, k)),
-                "key": linear(f"{p}.attention.self.key", out_shape=(n, k)),
-                "value": linear(f"{p}.attention.self.value", out_shape=(n, v)),
-                "out": linear(f"{p}.attention.output.dense", in_shape=(n, v), out_shape=(d,)),
-            },
+            "attention": attention,
             "attention_norm": norm(f"{p}.attention.output.LayerNorm"),
             "mlp": {
                 "intermediate": linear(f"{p}.intermediate.dense"),
@@ -200,7 +221,11 @@ def convert_bert(state: Mapping[str, np.ndarray], config: ModelConfig) -> dict[s
             },
             "mlp_norm": norm(f"{p}.output.LayerNorm"),
         }
+    if reader.has("encoder.final_norm.weight"):  # pre-LN
+        bert["encoder"]["final_norm"] = norm("encoder.final_norm")
     params: dict[str, Any] = {"bert": bert}
+    if reader.has("classifier.weight"):  # a ...ForSequenceClassification checkpoint
+        params["classifier"] = linear("classifier")
     if reader.has("cls.predictions.bias"):
         params["mlm_head"] = {
             "transform": linear("cls.predictions.transform.dense"),

@@ -59,6 +59,32 @@ def test_learnable_task_reaches_high_accuracy_and_writes_results(pretrained_work
     assert again["tasks"]["SST-2"]["main"] == summary["main"]
     assert json.loads(before)["steps"] == 75  # 400 / 16 per epoch, 3 epochs
 
+    # save_model=best: the best run keeps its fine-tuned model, the other one's is gone.
+    best = tmp_path / "glue_run" / "SST-2" / f"lr0.002_seed{summary['best_run']}"
+    assert [p.parent for p in (tmp_path / "glue_run").glob("SST-2/*/model")] == [best]
+    assert_export_scores_the_run_in_transformers(workdir, best, glue_dir / "SST-2" / "dev.tsv",
+                                                 tmp_path / "export")
+
+
+def assert_export_scores_the_run_in_transformers(workdir, run_dir, dev_tsv, out):
+    """The GLUE workdir's export is a BertForSequenceClassification with SST-2's label names
+    whose dev accuracy, computed by transformers alone, is the run's own."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from training.export import export
+
+    export(str(workdir), str(out), task="sst2")
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    assert model.config.id2label == {0: "negative", 1: "positive"}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    rows = [line.split("\t") for line in dev_tsv.read_text().splitlines()[1:]]
+    inputs = tokenizer([text for text, _ in rows], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        predicted = model(**inputs).logits.argmax(-1).numpy()
+    accuracy = 100.0 * np.mean(predicted == np.asarray([int(label) for _, label in rows]))
+    result = json.loads((run_dir / "result.json").read_text())
+    assert accuracy == pytest.approx(result["dev"]["dev"]["accuracy"], abs=1e-9)
+
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     config = glue_config(init_from=str(tmp_path / "nothing"), glue_dir=str(tmp_path))

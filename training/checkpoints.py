@@ -111,6 +111,19 @@ class Checkpointer:
     def step_directory(self, step: int) -> str:
         return os.path.join(self.directory, str(step))
 
+    def best_step(self, metric: str, mode: str = "min") -> int | None:
+        """The step whose metrics (saved with it) are best by `metric`; None when no
+        checkpoint carries it (preemption saves carry none)."""
+        scored = {}
+        for step in self.all_steps():
+            saved = self.manager.metrics(step) or {}
+            if metric in saved:
+                scored[step] = float(saved[metric])
+        if not scored:
+            return None
+        pick = min if mode == "min" else max
+        return pick(scored, key=lambda step: (scored[step], -step))
+
     # -- save ---------------------------------------------------------------------
     def save(self, step: int, state: Any, config: dict[str, Any], metrics=None) -> None:
         self._check_free_space(step, state)
@@ -255,19 +268,25 @@ class RestoredRun(NamedTuple):
     directory: str  # the step's directory, for messages
 
 
-def restore_run(workdir: str, step: int | None = None, name: str | None = None
-                ) -> RestoredRun:
-    """A run's checkpoint from its checkpoints/, for readers (fine-tuning, analysis
-    scripts): `step`, else the newest that restores. name: how errors name the run
+def restore_run(workdir: str, step: int | str | None = None, name: str | None = None,
+                subdir: str = "checkpoints") -> RestoredRun:
+    """A run's checkpoint from its checkpoints/ (or `subdir`), for readers (fine-tuning,
+    export, analysis scripts): `step`; "best", the lowest eval_loss saved (the newest
+    when none was); else the newest that restores. name: how errors name the run
     (default: the workdir)."""
     name = name or workdir
-    directory = os.path.join(workdir, "checkpoints")
+    directory = os.path.join(workdir, subdir)
     if not os.path.isdir(directory):
-        raise CheckpointError(f"{name}: no checkpoints/ (not a pretraining run?)")
+        raise CheckpointError(f"{name}: no {subdir}/ (not a pretraining run?)")
     checkpointer = Checkpointer(directory, read_only=True)
     try:
         if checkpointer.latest_step() is None:
-            raise CheckpointError(f"{name}: checkpoints/ holds no checkpoint")
+            raise CheckpointError(f"{name}: {subdir}/ holds no checkpoint")
+        if step == "best":
+            step = checkpointer.best_step("eval_loss")
+        elif step is not None and step not in checkpointer.all_steps():
+            raise CheckpointError(f"{name}: no checkpoint at step {step} (it has "
+                                  f"{', '.join(map(str, checkpointer.all_steps()))})")
         # A damaged latest checkpoint falls back to the one before (named in a warning).
         state, config, restored = checkpointer.restore(step=step)
     finally:

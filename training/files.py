@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -62,7 +64,37 @@ def write_json_atomic(path: str | os.PathLike[str], value: Any) -> None:
 
 
 def copy_file_atomic(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
-    import shutil
-
     with atomic_path(target) as tmp:
         shutil.copyfile(source, tmp)
+
+
+@contextlib.contextmanager
+def replaced_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary directory beside `path` for the caller to fill; when the block ends
+    its files are synced and it takes `path`'s place, an old `path` being removed only
+    once the new one is in. When the block raises, the temporary directory is removed
+    and `path` is as it was.
+
+        with replaced_directory("export") as tmp:
+            (tmp / "config.json").write_text(...)
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # mkdir, not mkdtemp: the directory gets a plain mkdir's mode (0777 minus the umask).
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        yield tmp
+        for file in tmp.rglob("*"):
+            if file.is_file():
+                with open(file, "rb") as f:
+                    os.fsync(f.fileno())
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            os.rename(path, old)
+        os.rename(tmp, path)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already after a successful rename

@@ -52,6 +52,11 @@ class Pretrained:
 
 
 INITS = ("pretrained", "scratch")
+SAVE_MODEL = ("best", "all", "none")  # config.save_model
+# TASK/lr{LR}_seed{S}/model/: a run's fine-tuned parameters (no optimizer state), and
+# WORKDIR/tokenizer/: the tokenizer of every run in the workdir (scripts/export_hf.py).
+FINE_TUNED_MODEL = "model"
+TOKENIZER = "tokenizer"
 
 
 # -- loading the pretrained model ------------------------------------------------------
@@ -337,6 +342,8 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
                     predict_split(predict, params, data[split], config.eval_batch_size,
                                   mesh, rules))
     checkpointer.close()
+    if config.save_model != "none":  # before result.json: a finished run has its model
+        save_fine_tuned(run_dir, step, params, pretrained, task, learning_rate, seed)
     result = results.RunResult(
         task=task.name, learning_rate=learning_rate, seed=seed, steps=step, dev=dev,
         main=float(np.mean([glue.main_score(task, m) for m in dev.values()])),
@@ -346,6 +353,39 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
         # Finished: the result is final, the mid-run checkpoint is no longer needed.
         shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
     return result.to_json()
+
+
+def save_fine_tuned(run_dir: str, step: int, params: Any, pretrained: Pretrained,
+                    task: glue.GlueTask, learning_rate: float, seed: int) -> None:
+    """RUN_DIR/model/: the fine-tuned parameters and what an export needs to read them (the
+    model's config, the task); a verified checkpoint as pretraining's."""
+    directory = os.path.join(run_dir, FINE_TUNED_MODEL)
+    # Left by a run killed before its result.json: the rerun trained the same parameters.
+    if jax.process_index() == 0:
+        shutil.rmtree(directory, ignore_errors=True)
+    checkpointer = checkpoints.Checkpointer(directory, keep_last=1)
+    try:
+        checkpointer.save(step, {"params": params}, {
+            "model": pretrained.model_config.to_dict(), "task": task.name,
+            "learning_rate": learning_rate, "seed": seed, "init": pretrained.source})
+    finally:
+        checkpointer.close()
+
+
+def prune_fine_tuned(task: glue.GlueTask, summary: results.TaskSummary, config,
+                     workdir: str) -> None:
+    """save_model=best: removes the fine-tuned models of every run but the best one."""
+    best = f"lr{summary.best_learning_rate:g}_seed{summary.best_run}"
+    for lr in config.learning_rates:
+        for seed in range(config.num_seeds):
+            name = f"lr{lr:g}_seed{seed}"
+            if name != best:
+                shutil.rmtree(os.path.join(workdir, task.name, name, FINE_TUNED_MODEL),
+                              ignore_errors=True)
+    if not os.path.isdir(os.path.join(workdir, task.name, best, FINE_TUNED_MODEL)):
+        metrics.console(f"warning: the best {task.name} run ({best}) has no saved model "
+                        f"(fine-tuned with save_model=none, or pruned when it was not the "
+                        f"best); scripts/export_hf.py cannot export it")
 
 
 def with_pretrained_encoder(params: dict[str, Any], bert: dict[str, Any],
@@ -375,6 +415,8 @@ def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str,
                             + " ".join(f"{s}:{glue.main_score(task, m):.2f}"
                                        for s, m in result["dev"].items()))
     summary = results.TaskSummary.from_runs(task, [results.RunResult.from_json(r) for r in runs])
+    if config.save_model == "best" and jax.process_index() == 0:
+        prune_fine_tuned(task, summary, config, workdir)
     if config.write_test_predictions:
         best_dir = os.path.join(
             workdir, task.name, f"lr{summary.best_learning_rate:g}_seed{summary.best_run}")
@@ -390,6 +432,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
     """Every task of config.task on the mesh of config.mesh (over `devices`, default all)."""
     names = list(glue.TASKS) if str(config.task).lower() == "all" else str(config.task).split("/")
     tasks = [glue.get_task(name) for name in names]
+    if config.save_model not in SAVE_MODEL:
+        raise ValueError(f"save_model={config.save_model!r} is unknown; choose one of "
+                         f"{', '.join(SAVE_MODEL)}")
     os.makedirs(workdir, exist_ok=True)
     mesh_and_rules = make_mesh(config, devices)  # bad mesh or batch sizes: fail first
     with WorkdirLock(workdir):  # a second eval_glue.py on a live workdir is refused
@@ -400,6 +445,10 @@ def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list,
          mesh_and_rules) -> dict[str, Any]:
     pretrained = load_pretrained(config)
     check_workdir_identity(workdir, pretrained, config)
+    tokenizer_dir = os.path.join(workdir, TOKENIZER)
+    if jax.process_index() == 0 and not os.path.exists(os.path.join(tokenizer_dir,
+                                                                    "tokenizer.json")):
+        input_pipeline.save_tokenizer(pretrained.tokenizer, tokenizer_dir)
     # Tasks fine-tuned (or skipped) by earlier invocations in this workdir stay in the table.
     suite = results.GlueResults.continued(pretrained.source, results.GlueResults.read(workdir))
     for task in tasks:
