@@ -27,6 +27,8 @@ PRETRAIN_ARGS = {
     "optimizer": "optimizer.name",
     "corpus": "data.corpus",
     "seed": "seed",
+    "preds": "data.max_predictions_per_seq",
+    "init_from": "init_from",
 }
 
 
@@ -36,6 +38,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config = ml_collections.ConfigDict()
     config.seed = 0  # drives init, data order, masking and dropout
+    # Warm start (training/warm_start.py): a pretraining workdir or a Hugging Face BERT (hub
+    # id or directory). A new run takes its architecture (model.* settings other than
+    # dropout, dtype, remat and the attention implementation are not used), tokenizer and
+    # weights, with a fresh optimizer and schedule; BERT's phase 2 is phase 1's workdir
+    # at seq_len=512 (README). None: random init.
+    config.init_from = ml_collections.config_dict.placeholder(str)
+    config.init_from_step = ml_collections.config_dict.placeholder(int)  # None: the newest
 
     config.model = model_configs.model_defaults()
     model_configs.apply_size(config.model, "mini")
@@ -57,6 +66,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     data.tokenizer_sample = 1.0
     data.lowercase = True  # uncased WordPiece, as bert-base-uncased
     data.max_seq_length = 128  # tokens per packed sequence, [CLS] and [SEP] included
+    # Warm starts only: a max_seq_length beyond the source's positions adds the missing
+    # position embeddings (initialised as BERT's, with a warning) instead of an error.
+    data.extend_positions = False
     data.sentence_pairs = False  # [CLS] A [SEP] B [SEP] with token types
     data.max_predictions_per_seq = 20  # static number of MLM targets per sequence
     data.mask_prob = 0.15  # fraction of tokens predicted (80% [MASK], 10% random, 10% kept)

@@ -125,6 +125,9 @@ def from_pretrained(name_or_path: str, revision: str | None = None, with_directo
     """
     directory = name_or_path
     if not os.path.exists(name_or_path):
+        if name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1:
+            # A path, not a hub id (ORG/NAME): say so rather than ask the hub for it.
+            raise CheckpointError(f"{name_or_path}: no such directory or file")
         from huggingface_hub import snapshot_download
 
         directory = snapshot_download(

@@ -392,11 +392,8 @@ def with_pretrained_encoder(params: dict[str, Any], bert: dict[str, Any],
                             shardings: dict[str, Any]) -> dict[str, Any]:
     """Fresh params with the pretrained encoder in, laid out as `shardings`; the
     classifier (and a pooler the checkpoint lacks) stay as initialised."""
-    flat = flax.traverse_util.flatten_dict(params["bert"], sep="/")
-    flat_shardings = flax.traverse_util.flatten_dict(shardings["bert"], sep="/")
-    for name, value in flax.traverse_util.flatten_dict(bert, sep="/").items():
-        flat[name] = sharding.host_value_to_global(np.asarray(value), flat_shardings[name])
-    return {**params, "bert": flax.traverse_util.unflatten_dict(flat, sep="/")}
+    encoder = flax.traverse_util.flatten_dict({"bert": bert}, sep="/")
+    return sharding.with_values(params, encoder, shardings)
 
 
 # -- a task and the suite --------------------------------------------------------------

@@ -7,6 +7,7 @@ of (seed, s), so a restarted run needs only the step stored in its checkpoint.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import time
@@ -23,7 +24,7 @@ from attention import registry
 from models import BertForMaskedLM, ModelConfig
 from models.config import EXECUTION_FIELDS
 from models.flops import flop_count
-from training import checkpoints, hardware, metrics, results, sharding, steps
+from training import checkpoints, hardware, metrics, results, sharding, steps, warm_start
 from training.cli import Stopped
 from training.files import copy_file_atomic, write_json_atomic
 from training.optimizer import make_optimizer
@@ -35,8 +36,9 @@ class TrainingError(RuntimeError):
     """A run that cannot go on (non-finite loss, mismatched checkpoint); names the cause."""
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-    """Cheap checks that fail before any data or compilation work."""
+def validate(config: ml_collections.ConfigDict, warm: bool = False) -> None:
+    """Cheap checks that fail before any data or compilation work; `warm`: the model comes
+    from init_from (training/warm_start.py checks its positions)."""
     if config.num_train_steps <= 0:
         raise ValueError(f"num_train_steps={config.num_train_steps} must be positive")
     if config.batch_size <= 0:
@@ -56,12 +58,19 @@ def validate(config: ml_collections.ConfigDict) -> None:
                          f"host")
     if config.nonfinite not in ("error", "skip"):
         raise ValueError(f"nonfinite={config.nonfinite!r} is unknown; choose error or skip")
+    if config.init_from_step is not None and not config.init_from:
+        raise ValueError("init_from_step is set but init_from is not")
+    if not warm:
+        check_positions(config)
+        ModelConfig.from_config(config.model)  # raises ConfigError naming the field
+
+
+def check_positions(config: ml_collections.ConfigDict) -> None:
     if config.data.max_seq_length > config.model.max_position_embeddings:
         raise ValueError(
             f"data.max_seq_length={config.data.max_seq_length} exceeds "
             f"model.max_position_embeddings={config.model.max_position_embeddings}"
         )
-    ModelConfig.from_config(config.model)  # raises ConfigError naming the field
 
 
 def model_config_for(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
@@ -192,7 +201,11 @@ def build_data(data_config: ml_collections.ConfigDict, workdir: str):
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     """Pretrains (resuming from `workdir` if it holds checkpoints); returns the final
     metrics. Raises training.cli.Stopped when a signal stopped the run after saving it."""
-    validate(config)
+    # A copy: a warm start (and a resume of one) sets the model and tokenizer fields.
+    config = copy.deepcopy(config)
+    # A warm start's architecture (positions included) is its source's, checked once known.
+    validate(config, warm=bool(config.init_from) or os.path.exists(
+        os.path.join(workdir, warm_start.RECORD)))
     os.makedirs(workdir, exist_ok=True)
     with WorkdirLock(workdir):  # a second run on a live workdir is refused here
         return _train_and_evaluate(config, workdir)
@@ -219,12 +232,21 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         best_metric="eval_loss")
     resuming = checkpointer.latest_step() is not None
     run_tokenizer = os.path.join(workdir, "tokenizer")
+    source = None  # a warm start's source, read before anything is written
+    warm_resume = resuming and warm_start.resume(config, workdir) is not None
+    if warm_resume:
+        check_positions(config)
+    elif not resuming:
+        warm_start.recorded(config, workdir)
+        if config.init_from:
+            source = warm_start.start(config, workdir)
     data_config = config.data
     if resuming:
         # The checkpoints' token ids mean what the run's own tokenizer says: never
-        # retrain (or replace) it on resume.
+        # retrain (or replace) it on resume. A warm start's is its source's, copied in.
         data_config = ml_collections.ConfigDict(config.data.to_dict())
-        data_config.tokenizer = config.data.tokenizer or run_tokenizer
+        data_config.tokenizer = (run_tokenizer if warm_resume
+                                 else config.data.tokenizer or run_tokenizer)
         if not os.path.exists(data_config.tokenizer):
             raise TrainingError(f"{run_tokenizer} is missing, so the checkpoints' token ids "
                                 f"cannot be read; pass --config.data.tokenizer or use a new "
@@ -277,6 +299,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     else:
         with mesh, nn.logical_axis_rules(rules):
             state = init_fn(jax.random.key(config.seed))
+        if source is not None:  # fresh optimizer state and schedule, the source's weights
+            state["params"] = warm_start.with_source(state["params"], source,
+                                                     compiled.state_shardings["params"])
         start = 0
     metrics.console(f"model {model_cfg.attention}: {num_params / 1e6:.2f}M parameters, "
                     f"vocabulary {data.vocab_size}, {len(data.train)} train sequences")
@@ -319,6 +344,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     peak = config.peak_flops_per_device or hardware.peak_flops_per_device()
     tokens_per_step = config.batch_size * seq_len
 
+    last_eval: dict[str, float] = {}
+
     def evaluate() -> dict[str, float]:
         """Held-out MLM metrics; empty when there is nothing to score (never 0 loss)."""
         if not has_eval:
@@ -340,7 +367,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     # step s's metrics are read (at log steps only), and finiteness is tracked on the
     # device and read at log, eval and checkpoint time. Nothing non-finite is evaluated
     # or saved: the check runs first.
-    last_eval: dict[str, float] = {}
     last_train: dict[str, float] = {}
     health = steps.initial_health()
     skipped_logged = 0
@@ -379,6 +405,13 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             "loss", "mlm_accuracy", "learning_rate", "tokens_per_s", "mfu")})
         window.update(start=now, paused=0.0)
 
+    if source is not None and has_eval:
+        # Where the warm start begins: the source's eval loss on this run's eval batches.
+        last_eval = evaluate()
+        if last_eval:
+            writer.scalars(0, last_eval)
+            metrics.console(f"eval at step 0 ({source.description}): "
+                            + " ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
     try:
         with PreemptionFlag() as preemption:
             for step in range(start, end):

@@ -143,6 +143,19 @@ def host_value_to_global(value: np.ndarray, sharding: NamedSharding) -> jax.Arra
     return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 
 
+def with_values(params: Any, values: dict[str, np.ndarray], shardings: Any) -> Any:
+    """`params` with the leaves that `values` names ('bert/encoder/layer_0/...' paths)
+    replaced by those arrays, each laid out as its own leaf's sharding; the other leaves
+    stay as they are (a fresh head, say)."""
+    import flax
+
+    flat = flax.traverse_util.flatten_dict(params, sep="/")
+    flat_shardings = flax.traverse_util.flatten_dict(shardings, sep="/")
+    for name, value in values.items():
+        flat[name] = host_value_to_global(np.asarray(value), flat_shardings[name])
+    return flax.traverse_util.unflatten_dict(flat, sep="/")
+
+
 def to_host(array: jax.Array) -> np.ndarray:
     """A global array, whole, on every process (an all-gather when several)."""
     if jax.process_count() == 1:
