@@ -239,6 +239,9 @@ class BertAblationPreTrainedModel(PreTrainedModel):
     config_class = BertAblationConfig
     base_model_prefix = "bert"
 
+    def get_input_embeddings(self):  # the heads' (BertAblationModel has its own)
+        return self.bert.get_input_embeddings()
+
     def _init_weights(self, module):
         """BERT's init: normal(0, initializer_range) weights, zero biases, unit LayerNorms;
         the mixing matrices keep their identity start."""
@@ -316,9 +319,6 @@ class BertAblationForMaskedLM(BertAblationPreTrainedModel):
         self.cls = MLMHead(config)
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.bert.get_input_embeddings()
-
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=None, return_dict=None, **kwargs):
         out = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states)
@@ -340,9 +340,6 @@ class BertAblationForSequenceClassification(BertAblationPreTrainedModel):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.bert.get_input_embeddings()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=None, return_dict=None, **kwargs):

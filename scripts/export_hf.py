@@ -50,11 +50,7 @@ def main(argv: list[str]) -> None:
         cli.fail(f"unexpected arguments: {argv[1:]}", cli.EXIT_USAGE)
     if FLAGS["verbosity"].present == 0:
         logging.set_verbosity(logging.WARNING)
-    step = FLAGS.step
-    if step not in ("best", "latest"):
-        if not step.isdigit():
-            cli.fail(f"--step={step}: a step number, best or latest", cli.EXIT_USAGE)
-        step = int(step)
+    step = cli.checkpoint_step("step", FLAGS.step)
 
     def job() -> None:
         from models.hf_export import is_plain_bert

@@ -38,11 +38,7 @@ def main(argv: list[str]) -> None:
         cli.fail('give a text with [MASK], e.g. "the cat sat on the [MASK] ."', cli.EXIT_USAGE)
     if FLAGS["verbosity"].present == 0:
         logging.set_verbosity(logging.WARNING)
-    step = FLAGS.step
-    if step not in ("best", "latest"):
-        if not step.isdigit():
-            cli.fail(f"--step={step}: a step number, best or latest", cli.EXIT_USAGE)
-        step = int(step)
+    step = cli.checkpoint_step("step", FLAGS.step)
     if FLAGS.top_k < 1:
         cli.fail(f"--top_k={FLAGS.top_k} must be at least 1", cli.EXIT_USAGE)
 

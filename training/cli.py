@@ -33,6 +33,15 @@ def fail(message: str, code: int = EXIT_ERROR) -> None:
     sys.exit(code)
 
 
+def checkpoint_step(flag: str, value: str) -> int | str:
+    """A --step flag's value: a step number, 'best' or 'latest' (else one error line)."""
+    if value in ("best", "latest"):
+        return value
+    if not value.isdigit():
+        fail(f"--{flag}={value}: a step number, best or latest", EXIT_USAGE)
+    return int(value)
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
