@@ -363,6 +363,10 @@ def save_fine_tuned(run_dir: str, step: int, params: Any, pretrained: Pretrained
     # Left by a run killed before its result.json: the rerun trained the same parameters.
     if jax.process_index() == 0:
         shutil.rmtree(directory, ignore_errors=True)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(f"{directory} cleared")
     checkpointer = checkpoints.Checkpointer(directory, keep_last=1)
     try:
         checkpointer.save(step, {"params": params}, {
