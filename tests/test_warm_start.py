@@ -152,3 +152,24 @@ def test_sources_that_cannot_start_the_run_are_refused_before_anything_is_writte
         with pytest.raises(ValueError, match=message):
             train_and_evaluate(config, str(workdir))
         assert_nothing_written(workdir)
+
+
+def test_a_record_left_without_a_checkpoint_does_not_make_a_later_run_warm(phase_1,
+                                                                         run_corpus, tmp_path):
+    """Killed after its start but before its first checkpoint, a warm start leaves no
+    checkpoint: rerun without init_from, the workdir trains from random weights, and the
+    old record must not make its resumes load another architecture."""
+    import json
+
+    source, _ = phase_1
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / warm_start.RECORD).write_text(json.dumps(
+        {"init_from": source, "init_from_step": None, "source": f"{source}@30",
+         "tokenizer": source, "model": {"num_layers": 3}}))
+    corpus, cache = run_corpus
+    train_and_evaluate(tiny_run_config(corpus, cache, steps=2), str(workdir))
+    assert not (workdir / warm_start.RECORD).exists()
+    train_and_evaluate(tiny_run_config(corpus, cache, steps=4), str(workdir))  # resumes
+    _, params = final_params(str(workdir))
+    assert list(params["bert"]["encoder"]) == ["layer_0"]

@@ -236,10 +236,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     warm_resume = resuming and warm_start.resume(config, workdir) is not None
     if warm_resume:
         check_positions(config)
-    elif not resuming:
-        warm_start.recorded(config, workdir)
-        if config.init_from:
-            source = warm_start.start(config, workdir)
+    elif config.init_from and not resuming:
+        source = warm_start.start(config)
     data_config = config.data
     if resuming:
         # The checkpoints' token ids mean what the run's own tokenizer says: never
@@ -319,6 +317,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         if not resuming:
             # The run directory is self-contained: eval_glue.py reads WORKDIR/tokenizer.
             copy_tokenizer(data.tokenizer_dir, run_tokenizer)
+            warm_start.record(workdir, config, source)  # what a resume reads, or no record
         write_json_atomic(os.path.join(workdir, "config.json"), run_config)
 
     # -- input ----------------------------------------------------------------------
@@ -344,8 +343,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     peak = config.peak_flops_per_device or hardware.peak_flops_per_device()
     tokens_per_step = config.batch_size * seq_len
 
-    last_eval: dict[str, float] = {}
-
     def evaluate() -> dict[str, float]:
         """Held-out MLM metrics; empty when there is nothing to score (never 0 loss)."""
         if not has_eval:
@@ -367,6 +364,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     # step s's metrics are read (at log steps only), and finiteness is tracked on the
     # device and read at log, eval and checkpoint time. Nothing non-finite is evaluated
     # or saved: the check runs first.
+    last_eval: dict[str, float] = {}
     last_train: dict[str, float] = {}
     health = steps.initial_health()
     skipped_logged = 0

@@ -77,9 +77,13 @@ def effective_model(source: ModelConfig, config: ml_collections.ConfigDict) -> d
     """The new run's model fields: the source's architecture with this config's execution
     settings (dropout, dtype, remat, ...), and positions extended when asked."""
     model = source.to_dict()
-    for name in EXECUTION_FIELDS:
-        if "." not in name and name in config.model:
-            model[name] = config.model[name]
+    for name in EXECUTION_FIELDS:  # 'dtype', or a variant's 'talking_heads.impl'
+        *parents, field = name.split(".")
+        given, target = config.model, model
+        for parent in parents:
+            given, target = given.get(parent, {}), target.get(parent, {})
+        if field in given and field in target:
+            target[field] = given[field]
     length, positions = config.data.max_seq_length, source.max_position_embeddings
     if length > positions:
         if not config.data.extend_positions:
@@ -91,21 +95,23 @@ def effective_model(source: ModelConfig, config: ml_collections.ConfigDict) -> d
     return model
 
 
-def apply_model(config: ml_collections.ConfigDict, model: dict[str, Any]) -> None:
-    """Sets config.model to `model`'s fields (nested variant settings included)."""
+def apply_model(config: ml_collections.ConfigDict, model: dict[str, Any],
+                skip: tuple[str, ...] = ()) -> None:
+    """Sets config.model to `model`'s fields (nested variant settings included), but for
+    the dotted names in `skip`."""
     with config.unlocked():
         for name, value in model.items():
             if isinstance(value, dict):
                 for field, v in value.items():
-                    config.model[name][field] = v
-            else:
+                    if f"{name}.{field}" not in skip:
+                        config.model[name][field] = v
+            elif name not in skip:
                 config.model[name] = value
 
 
-def start(config: ml_collections.ConfigDict, workdir: str) -> Source:
-    """Reads the source, checks it against the config and records it in the workdir;
-    config.model and config.data.tokenizer then describe the new run. Nothing is written
-    before the checks pass."""
+def start(config: ml_collections.ConfigDict) -> Source:
+    """Reads the source and checks it against the config (writing nothing); config.model
+    and config.data.tokenizer then describe the new run."""
     source = read_source(config.init_from, config.init_from_step)
     if config.data.tokenizer:
         given = input_pipeline.tokenizer.tokenizer_hash(
@@ -134,22 +140,22 @@ def start(config: ml_collections.ConfigDict, workdir: str) -> Source:
         f"warm start from {source.description}: its architecture ({model['attention']}, "
         f"{model['num_layers']} layers, width {model['hidden_size']}, {model['num_heads']} "
         f"heads; this config's other model.* fields are not used), tokenizer and weights")
-    write_json_atomic(os.path.join(workdir, RECORD), {
-        "init_from": config.init_from, "init_from_step": config.init_from_step,
-        "source": source.description, "tokenizer": source.tokenizer_dir, "model": model})
     return source
 
 
-def recorded(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """A run killed after its warm start was recorded but before its first checkpoint
-    starts again from the recorded source when rerun without init_from."""
+def record(workdir: str, config: ml_collections.ConfigDict, source: Source | None) -> None:
+    """When a new run starts training: WORKDIR/warm_start.json says where it started, for
+    its resumes; a run from random weights removes a record left by an earlier start
+    that never reached a checkpoint."""
     path = os.path.join(workdir, RECORD)
-    if not config.init_from and os.path.exists(path):
-        with open(path) as f:
-            record = json.load(f)
-        with config.unlocked():
-            config.init_from = record["init_from"]
-            config.init_from_step = record["init_from_step"]
+    if source is None:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    write_json_atomic(path, {
+        "init_from": config.init_from, "init_from_step": config.init_from_step,
+        "source": source.description, "tokenizer": source.tokenizer_dir,
+        "model": config.model.to_dict()})
 
 
 def resume(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | None:
@@ -169,8 +175,7 @@ def resume(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | 
         raise WarmStartError(
             f"{workdir} started from init_from={record['init_from']}, not "
             f"{config.init_from}; use a new --workdir")
-    apply_model(config, {k: v for k, v in record["model"].items()
-                         if k not in EXECUTION_FIELDS})
+    apply_model(config, record["model"], skip=EXECUTION_FIELDS)
     with config.unlocked():
         config.data.tokenizer = record["tokenizer"]
         config.init_from = record["init_from"]
