@@ -43,11 +43,6 @@ class Source:
     params: dict[str, Any]  # {'bert', 'mlm_head'(, when the source has one)}, numpy
     tokenizer_dir: str
 
-    @property
-    def tokenizer_hash(self) -> str:
-        return input_pipeline.tokenizer.tokenizer_hash(
-            input_pipeline.load_tokenizer(self.tokenizer_dir))
-
 
 def read_source(spec: str, step: int | None = None) -> Source:
     """A pretraining workdir (its checkpoint at `step`, default the newest) or a Hugging
@@ -113,15 +108,15 @@ def start(config: ml_collections.ConfigDict) -> Source:
     """Reads the source and checks it against the config (writing nothing); config.model
     and config.data.tokenizer then describe the new run."""
     source = read_source(config.init_from, config.init_from_step)
+    tokenizer = input_pipeline.load_tokenizer(source.tokenizer_dir)
     if config.data.tokenizer:
-        given = input_pipeline.tokenizer.tokenizer_hash(
-            input_pipeline.load_tokenizer(config.data.tokenizer))
-        if given != source.tokenizer_hash:
+        given = input_pipeline.load_tokenizer(config.data.tokenizer)
+        if (input_pipeline.tokenizer.tokenizer_hash(given)
+                != input_pipeline.tokenizer.tokenizer_hash(tokenizer)):
             raise WarmStartError(
                 f"data.tokenizer={config.data.tokenizer} is not the tokenizer of "
                 f"init_from={config.init_from} ({source.tokenizer_dir}): the weights' token "
                 f"ids would change meaning; leave data.tokenizer unset to use the source's")
-    tokenizer = input_pipeline.load_tokenizer(source.tokenizer_dir)
     if tokenizer.get_vocab_size(with_added_tokens=True) != source.model_config.vocab_size:
         raise WarmStartError(
             f"init_from={config.init_from}: its tokenizer ({source.tokenizer_dir}) has "
