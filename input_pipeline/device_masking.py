@@ -48,7 +48,7 @@ class DeviceMasker(MaskingRecipe):
         targets = None if mask_targets is None else target_mask(
             tokenizer_lib.vocab_list(tokenizer), mask_targets)
         return cls(SpecialIds.from_tokenizer(tokenizer),
-                   tokenizer.get_vocab_size(with_added_tokens=True), max_predictions,
+                   tokenizer_lib.vocab_bound(tokenizer), max_predictions,
                    mask_prob, whole_word=whole_word, continuation=continuation,
                    mask_token_prob=mask_token_prob, random_token_prob=random_token_prob,
                    targets=targets)

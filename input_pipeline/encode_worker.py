@@ -17,6 +17,7 @@ import sys
 from tokenizers import Tokenizer
 
 from input_pipeline.encoding import SentenceEncoder
+from input_pipeline.packing import narrow
 
 
 def main() -> None:
@@ -30,7 +31,7 @@ def main() -> None:
             return
         try:
             tokens, lengths = encoder(sentences)
-            reply = (tokens.astype(dtype), lengths.astype("int32"), encoder.word_level)
+            reply = (narrow(tokens, dtype), lengths.astype("int32"), encoder.word_level)
         except Exception as e:  # reported by the parent as one line
             reply = ("error", f"{type(e).__name__}: {e}")
         pickle.dump(reply, replies, protocol=pickle.HIGHEST_PROTOCOL)

@@ -35,6 +35,7 @@ from absl import logging
 from tokenizers import Tokenizer
 
 from input_pipeline import cache, packing
+from input_pipeline import tokenizer as tokenizer_lib
 from input_pipeline.corpus import Corpus
 from input_pipeline.documents import DEFAULT_CHUNK_CHARS, TextChunk
 from input_pipeline.encoding import SentenceEncoder
@@ -132,7 +133,7 @@ def encoded_chunks(source: Corpus, tokenizer: Tokenizer, dtype: np.dtype, chunk_
     chunks = source.chunks(chunk_chars)
     for i, chunk in enumerate(chunks):
         tokens, lengths = encoder(chunk.sentences)
-        yield chunk, tokens.astype(dtype), lengths, encoder.word_level
+        yield chunk, packing.narrow(tokens, dtype), lengths, encoder.word_level
         if i + 1 >= _INLINE_CHUNKS and workers > 1:
             break
     else:
@@ -195,7 +196,7 @@ def build_packed_entry(
     chunk_chars: int = DEFAULT_CHUNK_CHARS, workers: int | None = None,
 ) -> None:
     """Streams `source` into the cache entry `entry` (atomically; see input_pipeline.cache)."""
-    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    vocab_size = tokenizer_lib.vocab_bound(tokenizer)
     dtype = packing.token_dtype(vocab_size)
     packer = StreamPacker(special, max_seq_length, pair, dtype)
     word_level = True

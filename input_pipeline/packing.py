@@ -56,9 +56,21 @@ class PackedRows:
     doc_ids: np.ndarray  # int64 [N]
 
 
-def token_dtype(vocab_size: int) -> np.dtype:
-    """uint16 when every id fits (half the disk and page cache of int32), else int32."""
-    return np.dtype(np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32)
+def token_dtype(vocab_bound: int) -> np.dtype:
+    """The id width for ids below `vocab_bound` (tokenizer.vocab_bound: one past the
+    largest id, not the token count): uint16 when every id fits (half the disk and page
+    cache of int32), else int32."""
+    return np.dtype(np.uint16 if vocab_bound <= np.iinfo(np.uint16).max + 1 else np.int32)
+
+
+def narrow(tokens: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`tokens` as `dtype`, refusing any id that does not fit (astype would wrap it:
+    70000 stored as 4464 in uint16)."""
+    dtype = np.dtype(dtype)
+    if tokens.size and (tokens.max() > np.iinfo(dtype).max or tokens.min() < 0):
+        raise InputPipelineError(f"data: token id {int(tokens.max())} does not fit the cache's "
+                                 f"{dtype.name} ids")
+    return tokens.astype(dtype, copy=False)
 
 
 # --------------------------------------------------------------------------------------

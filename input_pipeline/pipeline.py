@@ -67,8 +67,9 @@ class PretrainingData:
 
     @property
     def vocab_size(self) -> int:
-        """The tokenizer's real size: the model's vocab_size must be at least this."""
-        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+        """One past the tokenizer's largest id (tokenizer.vocab_bound): the model's
+        vocab_size must be at least this."""
+        return tokenizer_lib.vocab_bound(self.tokenizer)
 
     @property
     def max_seq_length(self) -> int:
@@ -235,6 +236,13 @@ def build_pretraining_data(
     packed_dir = cache_dir / f"packed-{key}"
     t0 = time.time()
     loaded = cache.load_or_set_aside(packed_dir)
+    width = packing.token_dtype(tokenizer_lib.vocab_bound(tok)).name
+    if loaded is not None and loaded[1].get("token_dtype") != width:
+        # Built when the id width followed the token count: a sparse high id was wrapped.
+        cache.set_aside(packed_dir, cache.DamagedEntry(
+            packed_dir / "meta.json", f"token ids stored as {loaded[1].get('token_dtype')}, "
+            f"but this tokenizer's ids need {width}"))
+        loaded = None
     if loaded is None:
         meta = {"corpus": source.describe(), "corpus_identity": corpus_id,
                 "tokenizer_hash": tok_hash, "max_seq_length": max_seq_length, "pair": pair,

@@ -116,11 +116,25 @@ def train_tokenizer(
     return tokenizer
 
 
+# Token ids are int32 in the model and at most int32 on disk (input_pipeline/packing.py).
+MAX_TOKEN_ID = np.iinfo(np.int32).max - 1
+
+
+def vocab_bound(tokenizer: Tokenizer) -> int:
+    """One past the largest token id: the embedding rows a model needs and what the data
+    cache's id width must hold. The token count for a dense vocabulary (a trained one,
+    Google's vocab.txt), more when a tokenizer.json leaves gaps between ids; never the
+    nominal get_vocab_size(), which counts tokens."""
+    largest = max(tokenizer.get_vocab(with_added_tokens=True).values())
+    if largest > MAX_TOKEN_ID:
+        raise TokenizerError(f"tokenizer: token id {largest} does not fit int32 token ids")
+    return largest + 1
+
+
 def vocab_list(tokenizer: Tokenizer) -> list[str]:
-    """Tokens ordered by id (the lines of vocab.txt)."""
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
-    tokens = [""] * len(vocab)
-    for token, i in vocab.items():
+    """Tokens ordered by id (the lines of vocab.txt); an id no token has is "[gapN]"."""
+    tokens = [f"[gap{i}]" for i in range(vocab_bound(tokenizer))]
+    for token, i in tokenizer.get_vocab(with_added_tokens=True).items():
         tokens[i] = token
     return tokens
 

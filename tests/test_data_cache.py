@@ -230,3 +230,88 @@ def test_two_processes_building_the_same_cache(tmp_path):
     data = ip.build_pretraining_data(str(corpus), tmp_path / "cache", vocab_size=200,
                                      max_seq_length=32, eval_fraction=0.1)
     assert str(data.packed_dir) == results[0][0]
+
+
+# -- token id width (issue 22 item 1) ---------------------------------------------------
+SPARSE_ID = 70_000  # above uint16: astype(uint16) would store it as 4464
+
+
+def sparse_tokenizer(directory: Path) -> Path:
+    """A trained WordPiece vocabulary plus "zebra" at id 70000: 45 tokens, ids to 70000
+    (a tokenizer.json may number its vocabulary with gaps)."""
+    tok = ip.train_tokenizer(ENGLISH_SENTENCES * 4, 100)
+    spec = json.loads(tok.to_str())
+    spec["model"]["vocab"]["zebra"] = SPARSE_ID
+    directory.mkdir(parents=True)
+    (directory / "tokenizer.json").write_text(json.dumps(spec))
+    return directory
+
+
+def zebra_corpus(directory: Path) -> Path:
+    directory.mkdir()
+    text = "\n\n".join("The zebra jumps over the lazy dog.\nA zebra is not gold."
+                       for _ in range(30))
+    (directory / "corpus.txt").write_text(text + "\n")
+    return directory
+
+
+def test_a_sparse_high_token_id_is_stored_whole_and_sizes_the_model(tmp_path):
+    tokenizer_dir = sparse_tokenizer(tmp_path / "tok")
+    tok = ip.load_tokenizer(tokenizer_dir)
+    assert tok.get_vocab_size() < 65536 and tok.token_to_id("zebra") == SPARSE_ID
+    data = build(zebra_corpus(tmp_path / "c"), tmp_path / "cache", tokenizer=tokenizer_dir)
+    ids = np.asarray(data.train.input_ids)
+    assert ids.dtype == np.int32 and SPARSE_ID in ids and 4464 not in ids
+    expected = tok.encode("The zebra jumps over the lazy dog.", add_special_tokens=False).ids
+    row = list(ids[0, 1:1 + len(expected)])
+    assert row == expected  # the first sentence, as the tokenizer encodes it
+    assert data.vocab_size == SPARSE_ID + 1  # embedding rows for every id
+    assert ip.tokenizer.vocab_list(tok)[SPARSE_ID] == "zebra"
+
+
+def test_more_than_65536_tokens_are_stored_whole(tmp_path):
+    vocab = list(ip.tokenizer.SPECIAL_TOKENS) + [f"w{i}" for i in range(70_000)]
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    rng = np.random.default_rng(0)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "corpus.txt").write_text("\n\n".join(
+        " ".join(f"w{i}" for i in rng.integers(65_600, 70_000, 8)) for _ in range(40)) + "\n")
+    data = build(tmp_path / "c", tmp_path / "cache", tokenizer=tmp_path / "tok")
+    tok = ip.load_tokenizer(tmp_path / "tok")
+    ids = np.asarray(data.train.input_ids)
+    first = (tmp_path / "c" / "corpus.txt").read_text().split("\n\n")[0]
+    expected = tok.encode(first, add_special_tokens=False).ids
+    assert ids.dtype == np.int32 and list(ids[0, 1:1 + len(expected)]) == expected
+    assert min(expected) > 65_536
+
+
+def test_an_entry_stored_narrower_than_its_tokenizer_needs_is_rebuilt(tmp_path, caplog,
+                                                                     monkeypatch):
+    """A cache built when the width followed the token count (uint16 for this tokenizer,
+    its id 70000 wrapped) is never read: it is set aside, named, and rebuilt."""
+    from input_pipeline import packing
+
+    tokenizer_dir = sparse_tokenizer(tmp_path / "tok")
+    corpus = zebra_corpus(tmp_path / "c")
+    real_dtype, real_narrow = packing.token_dtype, packing.narrow
+    monkeypatch.setattr(packing, "token_dtype", lambda bound: np.dtype(np.uint16))
+    monkeypatch.setattr(packing, "narrow", lambda tokens, dtype: tokens.astype(dtype))
+    old = build(corpus, tmp_path / "cache", tokenizer=tokenizer_dir)
+    assert 4464 in np.asarray(old.train.input_ids)  # the wrapped id the old code stored
+    monkeypatch.setattr(packing, "token_dtype", real_dtype)
+    monkeypatch.setattr(packing, "narrow", real_narrow)
+    with caplog.at_level(logging.WARNING):
+        data = build(corpus, tmp_path / "cache", tokenizer=tokenizer_dir)
+    assert SPARSE_ID in np.asarray(data.train.input_ids)
+    assert "token ids stored as uint16, but this tokenizer's ids need int32" in caplog.text
+    assert len(list((tmp_path / "cache").glob("packed-*.damaged-*"))) == 1
+
+
+def test_narrowing_refuses_an_id_that_does_not_fit():
+    from input_pipeline import packing
+
+    with pytest.raises(ip.InputPipelineError, match="token id 70000 does not fit .*uint16"):
+        packing.narrow(np.asarray([5, 70_000], np.int32), np.dtype(np.uint16))
+    np.testing.assert_array_equal(packing.narrow(np.asarray([5, 65_535]), np.uint16),
+                                  [5, 65_535])

@@ -101,11 +101,10 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
         raise ValueError(
             f"max_seq_length={config.max_seq_length} exceeds the model's "
             f"max_position_embeddings={model_config.max_position_embeddings} ({source})")
-    if tokenizer.get_vocab_size() != model_config.vocab_size:
-        raise CheckpointError(
-            f"{source}: tokenizer has {tokenizer.get_vocab_size()} tokens but the model "
-            f"vocabulary has {model_config.vocab_size}"
-        )
+    ids = input_pipeline.tokenizer.vocab_bound(tokenizer)
+    if ids != model_config.vocab_size:
+        raise CheckpointError(f"{source}: the tokenizer has ids 0..{ids - 1} but the model "
+                              f"vocabulary has {model_config.vocab_size}")
     check_params_fit(bert, model_config, source)
     if config.insert_talking_heads:
         model_config, bert = with_talking_heads_at_identity(model_config, bert, source)

@@ -261,7 +261,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         tokenizer = data.tokenizer
 
     # -- model and optimizer --------------------------------------------------------
-    model_cfg = model_config_for(config, tokenizer.get_vocab_size(with_added_tokens=True))
+    model_cfg = model_config_for(config, input_pipeline.tokenizer.vocab_bound(tokenizer))
     model = BertForMaskedLM(model_cfg)
     optimizer, schedule = make_optimizer(config.optimizer, config.num_train_steps)
     seq_len, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq

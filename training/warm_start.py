@@ -117,11 +117,11 @@ def start(config: ml_collections.ConfigDict) -> Source:
                 f"data.tokenizer={config.data.tokenizer} is not the tokenizer of "
                 f"init_from={config.init_from} ({source.tokenizer_dir}): the weights' token "
                 f"ids would change meaning; leave data.tokenizer unset to use the source's")
-    if tokenizer.get_vocab_size(with_added_tokens=True) != source.model_config.vocab_size:
+    ids = input_pipeline.tokenizer.vocab_bound(tokenizer)
+    if ids != source.model_config.vocab_size:
         raise WarmStartError(
-            f"init_from={config.init_from}: its tokenizer ({source.tokenizer_dir}) has "
-            f"{tokenizer.get_vocab_size(with_added_tokens=True)} tokens but its model "
-            f"{source.model_config.vocab_size}")
+            f"init_from={config.init_from}: its tokenizer ({source.tokenizer_dir}) has ids "
+            f"0..{ids - 1} but its model a vocabulary of {source.model_config.vocab_size}")
     model = effective_model(source.model_config, config)
     apply_model(config, model)
     with config.unlocked():
