@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -100,3 +101,25 @@ def test_a_run_continues_past_its_damaged_latest_checkpoint(tmp_path):
     train_and_evaluate(tiny_run_config(corpus, str(tmp_path / "cache"), steps=30), workdir)
     assert Checkpointer(os.path.join(workdir, "checkpoints")).latest_step() == 30
     assert len(glob.glob(os.path.join(workdir, "checkpoints-damaged", "20-*"))) == 1
+
+
+@pytest.mark.slow
+def test_a_finished_record_whose_checkpoint_is_gone_no_longer_counts(tmp_path, capsys):
+    """final_metrics.json vouches for checkpoints/20: once that is deleted by hand (or set
+    aside as damaged), the run is not finished for sweeps, and a rerun moves the stale
+    record aside, trains step 20 again and writes a new one."""
+    from training import results
+
+    corpus = write_run_corpus(str(tmp_path))
+    workdir = str(tmp_path / "run")
+    config = tiny_run_config(corpus, str(tmp_path / "cache"), steps=20)
+    train_and_evaluate(config, workdir)
+    target = results.PretrainTarget(workdir, 20)
+    assert target.finished()
+    shutil.rmtree(os.path.join(workdir, "checkpoints", "20"))
+    assert not target.finished()
+    capsys.readouterr()
+    final = train_and_evaluate(config, workdir)
+    assert "reported a checkpoint that is gone" in capsys.readouterr().out
+    assert final["step"] == 20 and target.finished()
+    assert len(glob.glob(os.path.join(workdir, "final_metrics.stale-*.json"))) == 1

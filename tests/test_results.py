@@ -82,6 +82,8 @@ def test_finished_checks_want_the_step_seeds_learning_rates_and_checkpoint(tmp_p
     results.FinalMetrics(5, 1.0).write(pretrain.workdir)
     assert not pretrain.finished()  # stale: fewer steps than asked
     results.FinalMetrics(10, 1.0).write(pretrain.workdir)
+    assert not pretrain.finished()  # the checkpoint it reports is not there
+    os.makedirs(os.path.join(pretrain.workdir, "checkpoints", "10"))
     assert pretrain.finished()
 
     target = results.GlueTarget(str(tmp_path / "g"), "RTE", 10, (2e-5, 3e-5), num_seeds=2)
@@ -98,7 +100,14 @@ def test_finished_checks_want_the_step_seeds_learning_rates_and_checkpoint(tmp_p
     write(f"{tmp_path}/p@5", both)
     assert not target.finished()  # another checkpoint
     write(f"{tmp_path}/p@10", both)
+    assert not target.finished()  # the runs' own result.json files are not there
+    for r in both:
+        r.write(os.path.join(target.workdir, "RTE", results.glue_run_name(r.learning_rate,
+                                                                          r.seed)))
     assert target.finished()
+    os.remove(os.path.join(target.workdir, "RTE", "lr3e-05_seed1", "result.json"))
+    assert not target.finished()  # a run deleted by hand: eval_glue.py redoes it
+    both[-1].write(os.path.join(target.workdir, "RTE", "lr3e-05_seed1"))
     (tmp_path / "g" / "results.json").write_text("{")
     assert not target.finished()  # damaged: rerun
 
@@ -116,6 +125,7 @@ def test_the_command_line_decides_as_the_records_do(tmp_path):
 
     assert cli(targets[0]) == 1
     results.FinalMetrics(10, 1.0).write(targets[0].workdir)
+    os.makedirs(os.path.join(targets[0].workdir, "checkpoints", "10"))
     assert cli(targets[0]) == 0
     bad = subprocess.run([sys.executable, "-m", "training.results", "--is_finished", "x"],
                          cwd=REPO, capture_output=True, text=True, timeout=60)

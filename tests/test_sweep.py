@@ -119,6 +119,8 @@ def test_cluster_run_script_reruns_stale_steps_and_skips_finished_ones(tmp_path)
         results.GlueResults(f"{pretrain}@10",
                             {"SST-2": results.TaskSummary.from_runs(task, runs)}).write(
                                 str(glue_dir))
+        for r in runs:  # each run's own record, as eval_glue.py leaves them
+            r.write(str(glue_dir / "SST-2" / results.glue_run_name(r.learning_rate, r.seed)))
 
     def run_sh() -> list[str]:
         calls.unlink(missing_ok=True)
@@ -133,6 +135,7 @@ def test_cluster_run_script_reruns_stale_steps_and_skips_finished_ones(tmp_path)
     assert run_sh() == ["train.py", "eval_glue.py"]
     # Finished: both are skipped.
     results.FinalMetrics(step=10, train_loss=1.0).write(str(pretrain))
+    (pretrain / "checkpoints" / "10").mkdir(parents=True)  # the checkpoint it reports
     glue_results([0, 1])
     assert run_sh() == []
 

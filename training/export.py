@@ -94,7 +94,8 @@ def _best_run_dir(workdir: str, task: str | None) -> str:
             raise CheckpointError(f"{workdir}: no finished {name} "
                                   f"(it holds {', '.join(sorted(summary.tasks)) or 'none'})")
     best = summary.tasks[name]
-    return os.path.join(workdir, name, f"lr{best.best_learning_rate:g}_seed{best.best_run}")
+    return os.path.join(workdir, name, results.glue_run_name(best.best_learning_rate,
+                                                             best.best_run))
 
 
 def _fine_tuned(run_dir: str, tokenizer_dir: str) -> RunModel:

@@ -378,10 +378,10 @@ def save_fine_tuned(run_dir: str, step: int, params: Any, pretrained: Pretrained
 def prune_fine_tuned(task: glue.GlueTask, summary: results.TaskSummary, config,
                      workdir: str) -> None:
     """save_model=best: removes the fine-tuned models of every run but the best one."""
-    best = f"lr{summary.best_learning_rate:g}_seed{summary.best_run}"
+    best = results.glue_run_name(summary.best_learning_rate, summary.best_run)
     for lr in config.learning_rates:
         for seed in range(config.num_seeds):
-            name = f"lr{lr:g}_seed{seed}"
+            name = results.glue_run_name(lr, seed)
             if name != best:
                 shutil.rmtree(os.path.join(workdir, task.name, name, FINE_TUNED_MODEL),
                               ignore_errors=True)
@@ -407,7 +407,7 @@ def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str,
     total = len(config.learning_rates) * config.num_seeds
     for lr in config.learning_rates:
         for seed in range(config.num_seeds):
-            run_dir = os.path.join(workdir, task.name, f"lr{lr:g}_seed{seed}")
+            run_dir = os.path.join(workdir, task.name, results.glue_run_name(lr, seed))
             result = finetune_run(task, pretrained, data, float(lr), seed, config, run_dir,
                                   mesh_and_rules)
             runs.append(result)
@@ -419,7 +419,8 @@ def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str,
         prune_fine_tuned(task, summary, config, workdir)
     if config.write_test_predictions:
         best_dir = os.path.join(
-            workdir, task.name, f"lr{summary.best_learning_rate:g}_seed{summary.best_run}")
+            workdir, task.name, results.glue_run_name(summary.best_learning_rate,
+                                                      summary.best_run))
         for split in task.test_splits:
             path = os.path.join(best_dir, f"{split}_predictions.npy")
             if split in data and os.path.exists(path):

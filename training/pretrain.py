@@ -301,6 +301,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             state["params"] = warm_start.with_source(state["params"], source,
                                                      compiled.state_shardings["params"])
         start = 0
+    stale = results.FinalMetrics.set_aside_if_stale(workdir) if is_main else None
+    if stale:
+        metrics.console(f"warning: final_metrics.json reported a checkpoint that is gone "
+                        f"(deleted, or set aside as damaged); moved to {stale}: the run is "
+                        f"not finished")
     metrics.console(f"model {model_cfg.attention}: {num_params / 1e6:.2f}M parameters, "
                     f"vocabulary {data.vocab_size}, {len(data.train)} train sequences")
 

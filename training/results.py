@@ -7,7 +7,8 @@ step finished?" is decided here for local sweeps and cluster scripts alike.
 A pretraining workdir (train.py --workdir):
   config.json             the run's config (training/pretrain.py)
   final_metrics.json      FinalMetrics: step, last train loss, eval_* when there was an
-                          eval split; written when the run reached its last step
+                          eval split; written when the run reached its last step, and
+                          valid while checkpoints/STEP, the checkpoint it reports, is there
 A GLUE workdir (eval_glue.py --workdir):
   TASK/lr{LR}_seed{S}/result.json   RunResult: one finished (task, lr, seed) run
   results.json            GlueResults: init, one TaskSummary per task, skipped tasks,
@@ -32,11 +33,12 @@ their own tokenizer would differ in their vocabulary as well as in the attention
 Finished, as the sweep decides it (and run.sh asks through this module's command line):
 
   python -m training.results --is_finished WORKDIR --steps N
-      pretraining: WORKDIR/final_metrics.json reports step N
+      pretraining: WORKDIR/final_metrics.json reports step N and checkpoints/N exists
   python -m training.results --is_finished WORKDIR --task SST-2 --init_step N \\
       --learning_rates 2e-05,3e-05 --seeds 3
       GLUE: WORKDIR/results.json holds the task from checkpoint step N with every
-      learning rate and fine-tuning seeds 0..2
+      learning rate and fine-tuning seeds 0..2, and each of those runs has its
+      result.json
   exit status 0: finished; 1: not (missing, stale or damaged); 2: bad arguments.
 
 Reading: `Record.read(directory)` is None when the file is missing and raises
@@ -59,6 +61,7 @@ from typing import Any
 from training.files import write_json_atomic
 
 FINAL_METRICS = "final_metrics.json"
+CHECKPOINTS = "checkpoints"  # a pretraining workdir's (training/checkpoints.py)
 RUN_CONFIG = "config.json"
 RUN_RESULT = "result.json"
 GLUE_RESULTS = "results.json"
@@ -132,12 +135,39 @@ class FinalMetrics:
     def read(cls, workdir: str) -> FinalMetrics | None:
         return _read(cls, cls.path(workdir))
 
+    def holds(self, workdir: str) -> bool:
+        """The record vouches for checkpoints/STEP: False once that checkpoint is gone
+        (deleted, or set aside as damaged), and the run is then not finished."""
+        return self.step is not None and os.path.isdir(
+            os.path.join(workdir, CHECKPOINTS, str(self.step)))
+
+    @classmethod
+    def set_aside_if_stale(cls, workdir: str) -> str | None:
+        """Renames a final_metrics.json that no longer holds (its checkpoint is gone) to
+        final_metrics.stale-TIME.json, so nothing reads the run as finished while it
+        trains that step again; returns the new name. A damaged file is left for the run's
+        end to replace."""
+        final = read_quietly(cls, workdir)
+        if final is None or final.holds(workdir):
+            return None
+        import time
+
+        target = os.path.join(workdir, f"final_metrics.stale-{time.strftime('%Y%m%d-%H%M%S')}"
+                                       f".json")
+        os.replace(cls.path(workdir), target)
+        return target
+
     def metric(self, key: str) -> float | None:
         """train_loss or an eval_* value; None when the run has none."""
         return self.train_loss if key == "train_loss" else self.eval.get(key)
 
 
 # -- GLUE ----------------------------------------------------------------------------------
+def glue_run_name(learning_rate: float, seed: int) -> str:
+    """TASK/<this>/: one (learning rate, seed) run's directory in a GLUE workdir."""
+    return f"lr{learning_rate:g}_seed{seed}"
+
+
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """TASK/lr{LR}_seed{S}/result.json: one finished fine-tuning run."""
@@ -334,7 +364,7 @@ class PretrainTarget:
             final = FinalMetrics.read(self.workdir)
         except ResultsError:
             return False  # rerun: train.py resumes and rewrites it
-        return final is not None and final.step == self.steps
+        return final is not None and final.step == self.steps and final.holds(self.workdir)
 
     def cli_args(self) -> list[str]:
         return ["--is_finished", self.workdir, "--steps", str(self.steps)]
@@ -365,8 +395,14 @@ class GlueTarget:
         summary = results.tasks.get(self.task)
         if summary is None:
             return False
-        return (set(self.learning_rates) <= summary.learning_rates()
-                and set(range(self.num_seeds)) <= set(summary.seeds))
+        if not (set(self.learning_rates) <= summary.learning_rates()
+                and set(range(self.num_seeds)) <= set(summary.seeds)):
+            return False
+        # results.json sums up the runs' result.json files; a run whose file is gone
+        # (deleted, or never written by a copy) is redone by eval_glue.py.
+        return all(os.path.isfile(RunResult.path(os.path.join(
+            self.workdir, self.task, glue_run_name(lr, seed))))
+            for lr in self.learning_rates for seed in range(self.num_seeds))
 
     def cli_args(self) -> list[str]:
         return ["--is_finished", self.workdir, "--task", self.task,
