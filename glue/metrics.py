@@ -66,14 +66,22 @@ def compute_metrics(
             value = skm.f1_score(labels, predictions, pos_label=1, average="binary")
         elif name == "mcc":
             value = skm.matthews_corrcoef(labels, predictions)
-        elif name == "pearson":
-            value = scipy.stats.pearsonr(predictions, labels).statistic
-        elif name == "spearman":
-            value = scipy.stats.spearmanr(predictions, labels).statistic
+        elif name in ("pearson", "spearman"):
+            value = _correlation(name, predictions, labels)
         else:
             raise AssertionError(f"metric {name!r} has no implementation")
         out[name] = 100.0 * float(value)
     return out
+
+
+def _correlation(name: str, predictions: np.ndarray, labels: np.ndarray) -> float:
+    """Pearson or Spearman; 0 when undefined (constant predictions or labels, as a
+    collapsed regression head gives), as scikit-learn's MCC scores a constant classifier,
+    so no NaN reaches a result file."""
+    if np.ptp(predictions) == 0 or np.ptp(labels) == 0:
+        return 0.0
+    test = scipy.stats.pearsonr if name == "pearson" else scipy.stats.spearmanr
+    return float(test(predictions, labels).statistic)
 
 
 def _check_ids(task: GlueTask, ids: np.ndarray, what: str) -> None:

@@ -53,3 +53,10 @@ def test_copy_file_atomic(tmp_path):
     (tmp_path / "src.txt").write_text("vocab\n")
     files.copy_file_atomic(tmp_path / "src.txt", tmp_path / "out" / "vocab.txt")
     assert (tmp_path / "out" / "vocab.txt").read_text() == "vocab\n"
+
+
+def test_json_is_strict_and_a_non_finite_number_names_the_file(tmp_path):
+    path = tmp_path / "result.json"
+    with pytest.raises(ValueError, match=f"{path}: Out of range float values"):
+        files.write_json_atomic(path, {"loss": float("nan")})
+    assert os.listdir(tmp_path) == []

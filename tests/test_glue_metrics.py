@@ -113,3 +113,13 @@ def test_main_score_and_score_names():
     assert glue.score_name("mnli", "dev_matched") == "MNLI-m"
     assert glue.score_name("mnli", "test_mismatched") == "MNLI-mm"
     assert glue.score_name("sst2", "dev") == "SST-2"
+
+
+def test_an_undefined_correlation_scores_zero_not_nan():
+    """A collapsed regression head predicts one value: Pearson and Spearman are undefined
+    (scipy returns NaN, which no JSON result file can hold); they score 0, as
+    scikit-learn's MCC scores a constant classifier."""
+    labels = np.asarray([0.0, 1.5, 3.0, 4.5])
+    scores = glue.compute_metrics("stsb", np.full(4, 2.5), labels)
+    assert scores == {"pearson": 0.0, "spearman": 0.0}
+    assert skm.matthews_corrcoef([0, 1, 1, 0], [1, 1, 1, 1]) == 0.0  # the precedent

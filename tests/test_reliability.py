@@ -5,6 +5,7 @@ bit-identical parameters (the resume test), non-finite losses stop or are skippe
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -126,3 +127,50 @@ def test_skip_mode_keeps_going_past_a_non_finite_update(run_corpus, tmp_path):
     step, params = final_params(str(tmp_path / "run"))
     assert step == 12
     assert all(np.all(np.isfinite(p)) for p in jax.tree.leaves(params))
+
+
+def test_skip_mode_never_saves_a_non_finite_state_and_counts_every_skip(run_corpus, tmp_path):
+    """An absurd learning rate makes updates non-finite: they are skipped, no checkpoint
+    holds a non-finite value (parameters and optimizer state), and the skips are counted
+    in TensorBoard and in final_metrics.json, which stays strict JSON (the last logged
+    loss, a skipped step's NaN, is null there)."""
+    import json
+
+    from scripts.tables import scalar_curve
+
+    text, cache = run_corpus
+    workdir = str(tmp_path / "run")
+    config = tiny_run_config(text, cache, steps=12, nonfinite="skip", checkpoint_every_steps=3,
+                             log_every_steps=3)
+    config.optimizer.learning_rate = 1e30
+    config.optimizer.grad_clip_norm = 0.0
+    final = train_and_evaluate(config, workdir)
+    checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True)
+    for step in checkpointer.all_steps():
+        state, _, _ = checkpointer.restore(step=step)
+        assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(state)
+                   if np.issubdtype(np.asarray(x).dtype, np.floating)), step
+    logged = sum(scalar_curve(workdir, "skipped_nonfinite").values())
+
+    def no_constants(name):
+        raise ValueError(f"{name} in final_metrics.json")
+
+    with open(os.path.join(workdir, "final_metrics.json")) as f:
+        record = json.loads(f.read(), parse_constant=no_constants)
+    assert record["skipped_nonfinite"] == final["skipped_nonfinite"] == logged >= 1
+
+
+def test_a_learning_rate_float32_cannot_hold_is_refused_before_anything_runs(run_corpus,
+                                                                             tmp_path):
+    """1e39 is inf in float32: every update would be non-finite (NaN where a gradient is 0),
+    and optax would store the rate itself, inf, in every checkpoint."""
+    from training.optimizer import OptimizerError
+
+    text, cache = run_corpus
+    for value in (1e39, float("nan")):
+        config = tiny_run_config(text, cache, steps=2)
+        config.optimizer.learning_rate = value
+        message = f"optimizer.learning_rate={value} is not a finite float32 number"
+        with pytest.raises(OptimizerError, match=re.escape(message)):
+            train_and_evaluate(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()

@@ -60,7 +60,13 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, newline: str | No
 
 
 def write_json_atomic(path: str | os.PathLike[str], value: Any) -> None:
-    write_text_atomic(path, json.dumps(value, indent=2, default=str) + "\n")
+    """Strict JSON (no NaN or Infinity, which other readers refuse): a non-finite number
+    is the writer's bug, named with the file."""
+    try:
+        text = json.dumps(value, indent=2, default=str, allow_nan=False)
+    except ValueError as e:
+        raise ValueError(f"{os.fspath(path)}: {e}") from e
+    write_text_atomic(path, text + "\n")
 
 
 def copy_file_atomic(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from absl import logging
 
@@ -137,6 +138,12 @@ def make_optimizer(cfg: Any, total_steps: int) -> tuple[optax.GradientTransforma
     """
     if cfg.name not in OPTIMIZERS:
         raise OptimizerError(f"optimizer.name={cfg.name!r} is unknown; choose one of {OPTIMIZERS}")
+    for name in ("learning_rate", "b1", "b2", "eps", "weight_decay", "grad_clip_norm"):
+        value = cfg.get(name) if hasattr(cfg, "get") else getattr(cfg, name, None)
+        # The optimizer runs in float32: 1e39 is inf there, and inf or NaN makes every
+        # update non-finite.
+        if value is not None and not np.isfinite(np.float32(value)):
+            raise OptimizerError(f"optimizer.{name}={value} is not a finite float32 number")
     if float(cfg.learning_rate) <= 0:
         raise OptimizerError(f"optimizer.learning_rate={cfg.learning_rate} must be > 0")
     schedule = learning_rate_schedule(cfg, total_steps)

@@ -60,6 +60,7 @@ def validate(config: ml_collections.ConfigDict, warm: bool = False) -> None:
         raise ValueError(f"nonfinite={config.nonfinite!r} is unknown; choose error or skip")
     if config.init_from_step is not None and not config.init_from:
         raise ValueError("init_from_step is set but init_from is not")
+    make_optimizer(config.optimizer, config.num_train_steps)  # OptimizerError naming the field
     if not warm:
         check_positions(config)
         ModelConfig.from_config(config.model)  # raises ConfigError naming the field
@@ -456,7 +457,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                 window["paused"] += time.time() - pause_start
                 if preempted:
                     break
-        final = results.FinalMetrics(end, last_train.get("loss"), dict(last_eval))
+        final = results.FinalMetrics(end, last_train.get("loss"), dict(last_eval),
+                                     skipped_nonfinite=read_health()["skipped"])
         if is_main and end == config.num_train_steps and not preempted:
             final.write(workdir)
     finally:

@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -94,6 +95,11 @@ def read_json(path: str) -> Any:
         raise ResultsError(f"{path}: cannot be read ({e})") from None
 
 
+def _finite(value: float | None) -> float | None:
+    """JSON has no NaN or Infinity: a non-finite number is recorded as null."""
+    return value if value is None or math.isfinite(value) else None
+
+
 def _read(cls, path: str):
     value = read_json(path)
     if value is None:
@@ -110,23 +116,29 @@ class FinalMetrics:
     """WORKDIR/final_metrics.json: written once, when pretraining reached its last step."""
 
     step: int | None  # None only in files of the first versions of this code
-    train_loss: float | None = None  # the last logged train MLM loss
+    # The last logged train MLM loss; None when it was not finite (a skipped update's).
+    train_loss: float | None = None
     eval: dict[str, float] = dataclasses.field(default_factory=dict)  # eval_loss,
     # eval_accuracy, eval_perplexity of the last eval; empty when there was no eval split
+    skipped_nonfinite: int = 0  # updates dropped by nonfinite=skip over the whole run
 
     @staticmethod
     def path(workdir: str) -> str:
         return os.path.join(workdir, FINAL_METRICS)
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, **self.eval, "train_loss": self.train_loss}
+        return {"step": self.step, **{k: _finite(v) for k, v in self.eval.items()},
+                "train_loss": _finite(self.train_loss),
+                "skipped_nonfinite": self.skipped_nonfinite}
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> FinalMetrics:
         step = value.get("step")
         loss = value.get("train_loss")
         return cls(None if step is None else int(step), None if loss is None else float(loss),
-                   {k: float(v) for k, v in value.items() if k.startswith("eval_")})
+                   {k: float(v) for k, v in value.items()
+                    if k.startswith("eval_") and v is not None},
+                   int(value.get("skipped_nonfinite", 0)))
 
     def write(self, workdir: str) -> None:
         write_json_atomic(self.path(workdir), self.to_json())

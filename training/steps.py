@@ -162,7 +162,10 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
             grads, with_learning_rate(state["opt_state"], learning_rate), state["params"])
         params = optax.apply_updates(state["params"], updates)
         grad_norm = global_norm(grads)
-        finite = jnp.isfinite(sums["loss_sum"]) & jnp.isfinite(grad_norm)
+        # The update too: an infinite learning rate (or moments that overflow) turns
+        # finite gradients into non-finite parameters, which must never be kept or saved.
+        finite = (jnp.isfinite(sums["loss_sum"]) & jnp.isfinite(grad_norm)
+                  & all_finite((params, opt_state)))
         new_state = {"step": state["step"] + 1, "params": params, "opt_state": opt_state}
         if skip_nonfinite:
             # Keep the old params/optimizer state but advance the step (the data moves on).
@@ -183,6 +186,14 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
         return new_state, metrics
 
     return train_step
+
+
+def all_finite(tree: Any) -> jax.Array:
+    """True when every floating-point value in `tree` is finite (integer leaves, such as
+    an optimizer's step count, are skipped)."""
+    checks = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)]
+    return jnp.all(jnp.stack(checks)) if checks else jnp.asarray(True)
 
 
 def initial_health() -> dict[str, jax.Array]:
