@@ -41,21 +41,51 @@ def load_state_dict(path: str) -> dict[str, np.ndarray]:
     if path.endswith(".safetensors"):
         from safetensors.numpy import load_file
 
-        return dict(load_file(path))
+        return _read_weights(path, "safetensors", lambda: dict(load_file(path)))
     if path.endswith((".bin", ".pt", ".pth")):
         try:
             import torch
         except ImportError as e:  # torch is only needed for this format
             raise CheckpointError(f"{path}: reading PyTorch checkpoints needs torch") from e
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        return {k: v.float().numpy() for k, v in state.items()}
+
+        def read_torch():
+            # weights_only: tensors and plain containers, never code in the pickle.
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            return {k: v.float().numpy() for k, v in state.items()}
+
+        return _read_weights(path, "PyTorch", read_torch)
     if path.endswith(".msgpack"):
         from flax import serialization
 
-        with open(path, "rb") as f:
-            tree = serialization.msgpack_restore(f.read())
-        return flax_to_torch_names(tree)
+        def read_msgpack():
+            with open(path, "rb") as f:
+                return flax_to_torch_names(serialization.msgpack_restore(f.read()))
+
+        return _read_weights(path, "Flax msgpack", read_msgpack)
     raise CheckpointError(f"{path}: unknown checkpoint format (want .safetensors, .bin, .msgpack)")
+
+
+def _read_weights(path: str, kind: str, read) -> dict[str, np.ndarray]:
+    """read() of a weights file; any failure is one CheckpointError naming the file. A
+    pickle that holds more than tensors (code, objects) is refused as such: this project
+    never unpickles code, and the message never suggests turning the check off."""
+    try:
+        state = read()
+    except CheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - each library raises its own kinds
+        if type(e).__name__ == "UnpicklingError":
+            raise CheckpointError(
+                f"{path}: not a plain weights file (its pickle holds objects or code, which "
+                f"this project never unpickles); convert it to model.safetensors with the "
+                f"tool that made it") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CheckpointError(f"{path}: not a readable {kind} weights file "
+                              f"({type(e).__name__}: {first[:200]})") from None
+    if not isinstance(state, dict) or not all(
+            isinstance(v, np.ndarray) for v in state.values()):
+        raise CheckpointError(f"{path}: not a {kind} weights file (no name -> tensor map)")
+    return state
 
 
 def flax_to_torch_names(tree: Mapping[str, Any]) -> dict[str, np.ndarray]:

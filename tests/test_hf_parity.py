@@ -120,3 +120,72 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
         load_state_dict(str(tmp_path))
     with pytest.raises(CheckpointError, match="does not exist"):
         load_state_dict(str(tmp_path / "nothing.safetensors"))
+
+
+class _RunsCode:
+    """Unpickling this runs a shell command: what a malicious pytorch_model.bin holds."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def foreign_weight_files(directory):
+    """{name: (path, what the error must say)}: a pickle with code in it, a zip that is
+    no torch archive, a safetensors file whose header lies about its sizes."""
+    import zipfile
+
+    from safetensors.numpy import save_file
+
+    directory.mkdir()
+    evil = directory / "evil" / "pytorch_model.bin"
+    evil.parent.mkdir()
+    torch.save({"embeddings.word_embeddings.weight": torch.zeros(2, 2),
+                "x": _RunsCode(directory / "pwned")}, evil)
+    (evil.parent / "config.json").write_text(json.dumps(HF_CONFIG))
+    not_torch = directory / "zip.bin"
+    with zipfile.ZipFile(not_torch, "w") as f:
+        f.writestr("hello.txt", "not a torch archive")
+    lies = directory / "lies.safetensors"
+    save_file({"a": np.zeros((4, 4), np.float32)}, str(lies))
+    raw = lies.read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header = raw[8:8 + size].decode().replace("[4,4]", "[400,400]").replace(
+        "[0,64]", "[0,640000]")
+    lies.write_bytes(len(header.encode()).to_bytes(8, "little") + header.encode()
+                     + raw[8 + size:])
+    return {"code": (evil, "not a plain weights file .*never unpickles"),
+            "zip": (not_torch, "not a readable PyTorch weights file"),
+            "lies": (lies, "not a readable safetensors weights file")}
+
+
+def test_foreign_and_malicious_weight_files_are_refused_naming_them(tmp_path):
+    for name, (path, message) in foreign_weight_files(tmp_path / "files").items():
+        with pytest.raises(CheckpointError, match=f"{path}: {message}") as info:
+            load_state_dict(str(path))
+        assert "weights_only" not in str(info.value), name  # never advise turning it off
+    assert not (tmp_path / "files" / "pwned").exists()  # the pickled command never ran
+
+
+@pytest.mark.slow
+def test_eval_glue_with_a_malicious_checkpoint_is_one_error_line(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    path, _ = foreign_weight_files(tmp_path / "files")["code"]
+    done = subprocess.run(
+        [sys.executable, "eval_glue.py", "--config", "configs/glue.py:task=rte",
+         f"--config.init_from_hf={path.parent}", f"--workdir={tmp_path / 'out'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**__import__("os").environ, "XLA_FLAGS": ""})
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {path}: not a plain weights file"), done.stderr[-2000:]
+    assert "weights_only" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "files" / "pwned").exists()
