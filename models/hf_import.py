@@ -171,8 +171,21 @@ def from_pretrained(name_or_path: str, revision: str | None = None, with_directo
     )
     if not os.path.exists(config_path):
         raise CheckpointError(f"{config_path}: missing (needed for the model's sizes)")
-    with open(config_path) as f:
-        config = model_config_from_hf(json.load(f))
+    try:
+        with open(config_path) as f:
+            hf_config = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{config_path}: not a readable JSON config ({e})") from None
+    if not isinstance(hf_config, dict):
+        raise CheckpointError(f"{config_path}: holds no JSON object")
+    try:
+        config = model_config_from_hf(hf_config)
+    except KeyError as e:
+        raise CheckpointError(f"{config_path}: has no {e.args[0]!r} (a BERT config needs "
+                              f"it)") from None
+    except CheckpointError as e:  # its message starts with "config.json:"
+        raise CheckpointError(f"{config_path}: {str(e).removeprefix('config.json: ')}"
+                              ) from None
     converted = convert_bert(load_state_dict(directory), config)
     params = fill_missing(converted, config)
     if with_directory:

@@ -123,3 +123,26 @@ def test_an_undefined_correlation_scores_zero_not_nan():
     scores = glue.compute_metrics("stsb", np.full(4, 2.5), labels)
     assert scores == {"pearson": 0.0, "spearman": 0.0}
     assert skm.matthews_corrcoef([0, 1, 1, 0], [1, 1, 1, 1]) == 0.0  # the precedent
+
+
+def test_damaged_records_of_a_glue_workdir_are_one_error_naming_them(tmp_path):
+    """A truncated test-predictions file (np.load raised EOFError, a traceback) and a
+    damaged glue_identity.json are errors that name the file."""
+    from helpers import tiny_model_config
+
+    from training import finetune, results
+
+    predictions = tmp_path / "test_predictions.npy"
+    np.save(predictions, np.arange(10))
+    predictions.write_bytes(predictions.read_bytes()[:20])
+    with pytest.raises(results.ResultsError, match=f"{predictions}: cannot be read"):
+        finetune.read_predictions(str(predictions))
+
+    (tmp_path / "glue_identity.json").write_text('{"init": ')
+    pretrained = finetune.Pretrained(tiny_model_config(), None, None, "somewhere@10")
+    from configs import glue as glue_configs
+
+    with pytest.raises(results.ResultsError, match=f"{tmp_path / 'glue_identity.json'}: "
+                                                   f"cannot be read"):
+        finetune.check_workdir_identity(str(tmp_path), pretrained,
+                                        glue_configs.get_config("task=rte"))

@@ -189,3 +189,15 @@ def test_eval_glue_with_a_malicious_checkpoint_is_one_error_line(tmp_path):
     assert last.startswith(f"error: {path}: not a plain weights file"), done.stderr[-2000:]
     assert "weights_only" not in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "files" / "pwned").exists()
+
+
+def test_a_bad_config_json_is_one_error_naming_it_and_the_field(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=f"{tmp_path / 'config.json'}: not a readable "
+                                              f"JSON config"):
+        from_pretrained(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps(
+        {k: v for k, v in HF_CONFIG.items() if k != "vocab_size"}))
+    with pytest.raises(CheckpointError, match=f"{tmp_path / 'config.json'}: has no "
+                                              f"'vocab_size'"):
+        from_pretrained(str(tmp_path))

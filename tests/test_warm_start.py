@@ -173,3 +173,13 @@ def test_a_record_left_without_a_checkpoint_does_not_make_a_later_run_warm(phase
     train_and_evaluate(tiny_run_config(corpus, cache, steps=4), str(workdir))  # resumes
     _, params = final_params(str(workdir))
     assert list(params["bert"]["encoder"]) == ["layer_0"]
+
+
+def test_a_damaged_warm_start_record_is_one_error_naming_it(tmp_path, run_corpus):
+    from training import results
+
+    (tmp_path / warm_start.RECORD).write_text('{"init_from": ')
+    corpus, cache = run_corpus
+    with pytest.raises(results.ResultsError, match=f"{tmp_path / warm_start.RECORD}: cannot "
+                                                   f"be read"):
+        warm_start.resume(tiny_run_config(corpus, cache, steps=2), str(tmp_path))

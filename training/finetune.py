@@ -423,10 +423,24 @@ def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str,
                                                       summary.best_run))
         for split in task.test_splits:
             path = os.path.join(best_dir, f"{split}_predictions.npy")
-            if split in data and os.path.exists(path):
-                glue.write_submission(task, split, list(data[split]["guids"]), np.load(path),
-                                      os.path.join(workdir, "submission"))
+            if split not in data:
+                continue  # no test file: announced when the data was read
+            if not os.path.exists(path):
+                metrics.console(f"warning: {path} is missing: no GLUE submission for "
+                                f"{task.name} {split} (delete its result.json to redo the run)")
+                continue
+            glue.write_submission(task, split, list(data[split]["guids"]),
+                                  read_predictions(path), os.path.join(workdir, "submission"))
     return summary
+
+
+def read_predictions(path: str) -> np.ndarray:
+    """A run's saved test predictions; a damaged file is one error naming it."""
+    try:
+        return np.load(path)
+    except (OSError, ValueError, EOFError) as e:
+        raise results.ResultsError(f"{path}: cannot be read ({type(e).__name__}: {e}); delete "
+                                   f"the run's result.json to redo it") from None
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, Any]:
@@ -480,8 +494,9 @@ def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None
     }
     path = os.path.join(workdir, "glue_identity.json")
     if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
+        saved = results.read_json(path)  # a damaged one: ResultsError naming it
+        if not isinstance(saved, dict):
+            raise ValueError(f"{path}: holds no JSON object; use a new --workdir")
         saved_json = json.dumps(saved, sort_keys=True, default=str)
         if saved_json != json.dumps(identity, sort_keys=True, default=str):
             changed = sorted(k for k in identity if json.dumps(saved.get(k), default=str)

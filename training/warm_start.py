@@ -12,7 +12,6 @@ needs neither the flag nor the source.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
@@ -23,7 +22,7 @@ import numpy as np
 import input_pipeline
 from models import ModelConfig
 from models.config import EXECUTION_FIELDS
-from training import checkpoints, metrics
+from training import checkpoints, metrics, results
 from training.files import write_json_atomic
 
 RECORD = "warm_start.json"
@@ -164,8 +163,10 @@ def resume(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | 
                 f"{workdir} holds a run that did not start from init_from="
                 f"{config.init_from}; init_from starts new runs only: use a new --workdir")
         return None
-    with open(path) as f:
-        record = json.load(f)
+    record = results.read_json(path)  # a damaged one: ResultsError naming it
+    if not isinstance(record, dict) or "model" not in record:
+        raise WarmStartError(f"{path}: not a warm-start record; move it away to resume as a "
+                             f"run that started from random weights")
     if config.init_from and config.init_from != record["init_from"]:
         raise WarmStartError(
             f"{workdir} started from init_from={record['init_from']}, not "
