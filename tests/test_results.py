@@ -49,7 +49,7 @@ def test_records_round_trip_through_their_files(tmp_path):
     final = results.FinalMetrics(300, 5.7, {"eval_loss": 6.2, "eval_accuracy": 0.12})
     final.write(str(tmp_path))
     assert list(json.loads((tmp_path / "final_metrics.json").read_text())) == [
-        "step", "eval_loss", "eval_accuracy", "train_loss"]
+        "step", "eval_loss", "eval_accuracy", "train_loss", "skipped_nonfinite"]
     assert results.FinalMetrics.read(str(tmp_path)) == final
     assert final.metric("eval_loss") == 6.2 and final.metric("train_loss") == 5.7
     r = run("sst2", 3e-5, 1, 90.0)
