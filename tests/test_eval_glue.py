@@ -141,6 +141,54 @@ def test_preempted_fine_tuning_resumes_to_the_same_result(pretrained_workdir, tm
 
 
 @pytest.mark.slow
+def test_a_signal_while_evaluating_stops_resumably_and_the_rerun_only_evaluates(
+        pretrained_workdir, tmp_path, monkeypatch):
+    """SIGTERM after training, while the dev set is predicted: the state is saved, the
+    run stops (eval_glue.py exits 75), and the rerun evaluates without training again."""
+    import signal
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import glue
+
+    glue_dir = tmp_path / "glue"
+    write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(2))
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
+                         max_train_examples=96, log_every_steps=1, dropout_rate=0.1)
+    pretrained = finetune.load_pretrained(config)
+    task = glue.get_task("sst2")
+    data = finetune.load_task_data(task, config, pretrained.tokenizer)
+    straight = finetune.finetune_run(task, pretrained, data, 2e-3, 0, config,
+                                     str(tmp_path / "straight"))
+
+    def default_handler(signum, frame):  # what SIGTERM would do with no handler in force
+        raise AssertionError("SIGTERM reached the default handler while evaluating")
+
+    real_predict = finetune.predict_split
+
+    def predict_and_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_predict(*args, **kwargs)
+
+    run_dir = tmp_path / "stopped"
+    previous = signal.signal(signal.SIGTERM, default_handler)
+    try:
+        monkeypatch.setattr(finetune, "predict_split", predict_and_signal)
+        with pytest.raises(Stopped, match=r"SIGTERM: saved SST-2 .* at step 18 \(predicting"):
+            finetune.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    monkeypatch.undo()
+    assert not (run_dir / "result.json").exists()
+    resumed = finetune.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
+    assert resumed == straight  # the same dev scores, steps and last train loss
+
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert len(events.Scalars("train_loss")) == 18  # trained once: the rerun only evaluated
+
+
+@pytest.mark.slow
 def test_sequence_longer_than_the_positions_is_refused_up_front(pretrained_workdir, tmp_path):
     glue_dir = tmp_path / "glue"
     write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(3))

@@ -247,12 +247,21 @@ def make_mesh(config, devices=None):
 
 
 def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rate: float,
-                 seed: int, config, run_dir: str, mesh_and_rules=None) -> dict[str, Any]:
+                 seed: int, config, run_dir: str, mesh_and_rules=None,
+                 preemption: PreemptionFlag | None = None) -> dict[str, Any]:
     """One (task, lr, seed) run on the mesh, with pretraining's sharded state, optimizer
-    builder and train step (training/steps.py, ClassifierObjective)."""
+    builder and train step (training/steps.py, ClassifierObjective).
+
+    A SIGTERM/SIGINT (`preemption`: eval_glue.py's flag; None: this run's own) at any
+    moment, training or evaluating, saves the run's state and raises Stopped; the rerun
+    continues from it (after training, only the evaluation is redone)."""
     done = results.RunResult.read(run_dir)
     if done is not None:
         return done.to_json()  # finished earlier: never redone, never overwritten
+    if preemption is None:
+        with PreemptionFlag() as flag:
+            return finetune_run(task, pretrained, data, learning_rate, seed, config, run_dir,
+                                mesh_and_rules, flag)
     mesh, rules = mesh_and_rules or make_mesh(config)
     os.makedirs(run_dir, exist_ok=True)
     model = BertForSequenceClassification(pretrained.model_config, task.num_labels)
@@ -287,8 +296,11 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
     # A preempted run left a checkpoint: continue from its step (same batches, same
     # dropout keys, since both are functions of (seed, step)).
     checkpointer = checkpoints.Checkpointer(os.path.join(run_dir, "checkpoints"), keep_last=1)
+    losses = []
     if checkpointer.latest_step() is not None:
-        state, _, start = checkpointer.restore(sharded.abstract)
+        state, saved, start = checkpointer.restore(sharded.abstract)
+        if saved.get("final_train_loss") is not None:  # stopped after its last log step
+            losses.append(float(saved["final_train_loss"]))
     else:
         with mesh, nn.logical_axis_rules(rules):
             state = sharded.init(init_key)
@@ -298,48 +310,58 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
         start = 0
     writer = metrics.MetricWriter(run_dir)
     step = 0
-    losses = []
-    with PreemptionFlag() as preemption:
-        for epoch in range(math.ceil(config.num_epochs)):
-            order = np.random.default_rng([seed, epoch]).permutation(num_train)
-            for batch in batches(train, order, config.batch_size):
-                if step >= total_steps:
-                    break
-                if step < start:
-                    step += 1
-                    continue
-                with mesh, nn.logical_axis_rules(rules):
-                    state, step_metrics = train_step(state, on_mesh(batch, mesh, rules))
+
+    def stop_if_requested(during: str) -> None:
+        """Saves this step's state (once) and stops, when a signal asked for it."""
+        if not preemption.requested():
+            return
+        if checkpointer.latest_step() != step:
+            checkpointer.save(step, state, {"task": task.name, "lr": learning_rate,
+                                            "seed": seed,
+                                            "final_train_loss": losses[-1] if losses else None})
+        writer.close()
+        checkpointer.close()
+        raise Stopped(f"{preemption.signal_name}: saved {task.name} lr={learning_rate:g} "
+                      f"seed={seed} at step {step} ({during}); rerun the same command to "
+                      f"continue")
+
+    for epoch in range(math.ceil(config.num_epochs)):
+        order = np.random.default_rng([seed, epoch]).permutation(num_train)
+        for batch in batches(train, order, config.batch_size):
+            if step >= total_steps:
+                break
+            if step < start:
                 step += 1
-                if step % config.log_every_steps == 0 or step == total_steps:
-                    m = jax.device_get(step_metrics)
-                    loss = float(m["loss_sum"]) / max(float(m["weight"]), 1.0)
-                    if not bool(m["finite"]):
-                        raise RuntimeError(f"{task.name} lr={learning_rate} seed={seed}: "
-                                           f"non-finite loss at step {step}")
-                    losses.append(loss)
-                    writer.scalars(step, {"train_loss": loss,
-                                          "learning_rate": float(m["learning_rate"])})
-                if preemption.requested():
-                    checkpointer.save(step, state,
-                                      {"task": task.name, "lr": learning_rate, "seed": seed})
-                    writer.close()
-                    raise Stopped(f"{preemption.signal_name}: saved {task.name} "
-                                  f"lr={learning_rate:g} seed={seed} at step {step}; rerun "
-                                  f"the same command to continue")
+                continue
+            with mesh, nn.logical_axis_rules(rules):
+                state, step_metrics = train_step(state, on_mesh(batch, mesh, rules))
+            step += 1
+            if step % config.log_every_steps == 0 or step == total_steps:
+                m = jax.device_get(step_metrics)
+                loss = float(m["loss_sum"]) / max(float(m["weight"]), 1.0)
+                if not bool(m["finite"]):
+                    raise RuntimeError(f"{task.name} lr={learning_rate} seed={seed}: "
+                                       f"non-finite loss at step {step}")
+                losses.append(loss)
+                writer.scalars(step, {"train_loss": loss,
+                                      "learning_rate": float(m["learning_rate"])})
+            stop_if_requested("training")
     params = state["params"]
     dev = {}
     for split in task.dev_splits:
+        stop_if_requested(f"evaluating {split}")
         predictions = predict_split(predict, params, data[split], config.eval_batch_size,
                                     mesh, rules)
         dev[split] = glue.compute_metrics(task, predictions, data[split]["labels"])
         writer.scalars(step, {f"{split}/{k}": v for k, v in dev[split].items()})
-    writer.close()
     for split in task.test_splits:
+        stop_if_requested(f"predicting {split}")
         if split in data and jax.process_index() == 0:
             np.save(os.path.join(run_dir, f"{split}_predictions.npy"),
                     predict_split(predict, params, data[split], config.eval_batch_size,
                                   mesh, rules))
+    stop_if_requested("writing the result")
+    writer.close()
     checkpointer.close()
     if config.save_model != "none":  # before result.json: a finished run has its model
         save_fine_tuned(run_dir, step, params, pretrained, task, learning_rate, seed)
@@ -401,7 +423,8 @@ def with_pretrained_encoder(params: dict[str, Any], bert: dict[str, Any],
 
 # -- a task and the suite --------------------------------------------------------------
 def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str,
-             mesh_and_rules=None) -> results.TaskSummary:
+             mesh_and_rules=None, preemption: PreemptionFlag | None = None
+             ) -> results.TaskSummary:
     data = load_task_data(task, config, pretrained.tokenizer)
     runs = []
     total = len(config.learning_rates) * config.num_seeds
@@ -409,7 +432,7 @@ def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str,
         for seed in range(config.num_seeds):
             run_dir = os.path.join(workdir, task.name, results.glue_run_name(lr, seed))
             result = finetune_run(task, pretrained, data, float(lr), seed, config, run_dir,
-                                  mesh_and_rules)
+                                  mesh_and_rules, preemption)
             runs.append(result)
             metrics.console(f"{task.name} [{len(runs)}/{total}] lr={lr:g} seed={seed}: "
                             + " ".join(f"{s}:{glue.main_score(task, m):.2f}"
@@ -452,12 +475,14 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
                          f"{', '.join(SAVE_MODEL)}")
     os.makedirs(workdir, exist_ok=True)
     mesh_and_rules = make_mesh(config, devices)  # bad mesh or batch sizes: fail first
-    with WorkdirLock(workdir):  # a second eval_glue.py on a live workdir is refused
-        return _run(config, workdir, tasks, mesh_and_rules)
+    # A second eval_glue.py on a live workdir is refused; a signal at any moment of the
+    # run (reading data, fine-tuning, evaluating, writing) stops it resumably.
+    with WorkdirLock(workdir), PreemptionFlag() as preemption:
+        return _run(config, workdir, tasks, mesh_and_rules, preemption)
 
 
 def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list,
-         mesh_and_rules) -> dict[str, Any]:
+         mesh_and_rules, preemption: PreemptionFlag) -> dict[str, Any]:
     pretrained = load_pretrained(config)
     check_workdir_identity(workdir, pretrained, config)
     tokenizer_dir = os.path.join(workdir, TOKENIZER)
@@ -467,8 +492,11 @@ def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list,
     # Tasks fine-tuned (or skipped) by earlier invocations in this workdir stay in the table.
     suite = results.GlueResults.continued(pretrained.source, results.GlueResults.read(workdir))
     for task in tasks:
+        if preemption.requested():
+            raise Stopped(f"{preemption.signal_name}: stopped before {task.name} (finished "
+                          f"runs are saved); rerun the same command to continue")
         try:
-            summary = run_task(task, pretrained, config, workdir, mesh_and_rules)
+            summary = run_task(task, pretrained, config, workdir, mesh_and_rules, preemption)
         except glue.GlueDataError as e:
             if len(tasks) == 1:
                 raise
