@@ -123,3 +123,36 @@ def test_a_finished_record_whose_checkpoint_is_gone_no_longer_counts(tmp_path, c
     assert "reported a checkpoint that is gone" in capsys.readouterr().out
     assert final["step"] == 20 and target.finished()
     assert len(glob.glob(os.path.join(workdir, "final_metrics.stale-*.json"))) == 1
+
+
+@pytest.mark.slow
+def test_a_reader_of_a_live_run_takes_complete_checkpoints_only(tmp_path, monkeypatch):
+    """eval_glue.py --config.init_from=RUN while RUN trains: a checkpoint whose checksums
+    are not written yet is still being saved, and one that vanishes while it is read was
+    removed by the live run's retention; both give way to the newest complete one, and
+    neither is an error."""
+    import orbax.checkpoint as ocp
+
+    from training.checkpoints import restore_run
+
+    corpus = write_run_corpus(str(tmp_path))
+    workdir = str(tmp_path / "run")
+    train_and_evaluate(tiny_run_config(corpus, str(tmp_path / "cache"), steps=30,
+                                       keep_checkpoints=3), workdir)
+    newest = os.path.join(workdir, "checkpoints", "30")
+    manifest = os.path.join(newest, CHECKSUMS)
+    os.rename(manifest, manifest + ".later")  # 30 is being saved
+    assert restore_run(workdir).step == 20
+    os.rename(manifest + ".later", manifest)
+
+    real_restore = ocp.CheckpointManager.restore
+
+    def retention_removes_20(self, step, *args, **kwargs):
+        if step == 20 and "state" in dict(kwargs.get("args") or {}):
+            shutil.rmtree(os.path.join(workdir, "checkpoints", "20"))  # as the run would
+        return real_restore(self, step, *args, **kwargs)
+
+    shutil.rmtree(newest)  # the run saved 30 (gone here) and now removes 20 mid-read
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", retention_removes_20)
+    restored = restore_run(workdir)
+    assert restored.step == 10 and restored.state["params"]

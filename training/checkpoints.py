@@ -203,16 +203,22 @@ class Checkpointer:
           raises to refuse a checkpoint of another run.
         Damaged checkpoints are set aside (see module docstring) and the previous
         one is tried; an intact one that does not fit raises CheckpointError.
+        A read-only reader of a live run reads complete checkpoints only (those with
+        their checksums written), and one that vanishes while it is read (the live
+        run's retention removed it) is replaced by the newest complete one then.
         """
-        candidates = [step] if step is not None else list(reversed(self.all_steps()))
-        if not candidates:
+        if step is None and not self.all_steps():
             raise CheckpointError(f"{self.directory}: no checkpoint to restore")
         damaged: list[str] = []
-        for candidate in candidates:
+        tried: set[int] = set()
+        while (candidate := self._next_candidate(step, tried)) is not None:
+            tried.add(candidate)
             try:
                 verified = self.verify(candidate)
                 config = self._restore_config(candidate)
             except Exception as e:  # noqa: BLE001 - unreadable or damaged
+                if self._vanished(candidate):
+                    continue
                 damaged.append(self._damaged(candidate, e))
                 continue
             if check_config is not None:
@@ -224,6 +230,8 @@ class Checkpointer:
                 restored = self.manager.restore(
                     candidate, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
             except Exception as e:  # noqa: BLE001
+                if self._vanished(candidate):
+                    continue
                 if verified:  # intact files that do not fit: not damage, do not move them
                     raise CheckpointError(
                         f"{self.step_directory(candidate)} does not fit this run's state "
@@ -232,8 +240,34 @@ class Checkpointer:
                 damaged.append(self._damaged(candidate, e))
                 continue
             return restored["state"], config, candidate
+        if step is not None and not damaged:
+            raise CheckpointError(f"{self.step_directory(step)}: no such checkpoint")
         raise CheckpointError(f"{self.directory}: no checkpoint restores; damaged: "
-                              + "; ".join(damaged))
+                              + ("; ".join(damaged) or "none (all vanished while read)"))
+
+    def _next_candidate(self, step: int | None, tried: set[int]) -> int | None:
+        """`step` once, or the newest step not tried yet (listed anew: a live run saves
+        and removes checkpoints meanwhile). Read-only, a step whose checksums are not
+        written yet is still being saved and is passed over, unless no step has them
+        (checkpoints of older versions)."""
+        if step is not None:
+            return None if step in tried else step
+        self.manager.reload()
+        steps = [s for s in reversed(self.all_steps()) if s not in tried]
+        if self.read_only:
+            complete = [s for s in steps
+                        if os.path.exists(os.path.join(self.step_directory(s), CHECKSUMS))]
+            steps = complete or steps
+        return steps[0] if steps else None
+
+    def _vanished(self, step: int) -> bool:
+        """True (with a warning) when the step's directory is gone: removed while it was
+        read, by the live run that owns it."""
+        if os.path.isdir(self.step_directory(step)):
+            return False
+        logging.warning("checkpoint %s vanished while it was read (the run that owns it "
+                        "removed it); reading the newest complete one", self.step_directory(step))
+        return True
 
     def _restore_config(self, step: int) -> dict:
         restored = self.manager.restore(

@@ -81,6 +81,8 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
                                   f"checkpoint?)")
         tokenizer = load_tokenizer(os.path.join(workdir, "tokenizer"))
         source = f"{os.path.abspath(workdir)}@{step}"
+        # A live run may be past it by now: say which checkpoint this is.
+        metrics.console(f"init_from={workdir}: its checkpoint at step {step}")
         pretrain_seed = int(saved.get("seed", 0))
     elif config.init_from_hf:
         from models.hf_import import from_pretrained
