@@ -87,6 +87,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.batch_size = 32  # global batch (sequences per optimizer step)
     config.grad_accum_steps = 1  # micro-batches per step (batch_size must divide)
     config.num_train_steps = 300  # optimizer steps (the schedule spans these)
+    # A resume with another num_train_steps (or peak rate, schedule, warm-up) runs another
+    # learning-rate schedule from step 0 on: refused unless this is true (then one warning
+    # gives the new rate), e.g. to extend a finished run to more steps.
+    config.extend_schedule = False
     # End this invocation at this step (checkpointed); rerun to continue. None = run to the end.
     config.stop_after_steps = ml_collections.config_dict.placeholder(int)
 

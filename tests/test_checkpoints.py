@@ -98,7 +98,8 @@ def test_a_run_continues_past_its_damaged_latest_checkpoint(tmp_path):
         with open(path, "wb") as f:
             f.write(b"\0garbage")
     # Longer run: restores step 10, trains through step 20 again and saves it.
-    train_and_evaluate(tiny_run_config(corpus, str(tmp_path / "cache"), steps=30), workdir)
+    train_and_evaluate(tiny_run_config(corpus, str(tmp_path / "cache"), steps=30,
+                                       extend_schedule=True), workdir)
     assert Checkpointer(os.path.join(workdir, "checkpoints")).latest_step() == 30
     assert len(glob.glob(os.path.join(workdir, "checkpoints-damaged", "20-*"))) == 1
 

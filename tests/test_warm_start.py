@@ -170,7 +170,8 @@ def test_a_record_left_without_a_checkpoint_does_not_make_a_later_run_warm(phase
     corpus, cache = run_corpus
     train_and_evaluate(tiny_run_config(corpus, cache, steps=2), str(workdir))
     assert not (workdir / warm_start.RECORD).exists()
-    train_and_evaluate(tiny_run_config(corpus, cache, steps=4), str(workdir))  # resumes
+    train_and_evaluate(tiny_run_config(corpus, cache, steps=4, extend_schedule=True),
+                       str(workdir))  # resumes
     _, params = final_params(str(workdir))
     assert list(params["bert"]["encoder"]) == ["layer_0"]
 

@@ -99,7 +99,7 @@ def test_changed_talking_heads_settings_are_a_different_architecture(
 def test_a_live_workdir_is_refused_and_a_stale_lock_file_is_not(finished, tmp_path):
     corpus, cache, _ = finished
     workdir = copy_run(finished, tmp_path)
-    config = tiny_run_config(corpus, cache, steps=STEPS + 2)
+    config = tiny_run_config(corpus, cache, steps=STEPS + 2, extend_schedule=True)
     with WorkdirLock(workdir), pytest.raises(WorkdirBusy, match=f"{workdir} is in use by pid"):
         train_and_evaluate(config, workdir)
     # The lock file stays behind (as after kill -9); only a live holder blocks.
@@ -130,3 +130,31 @@ def test_no_eval_split_reports_no_eval_metrics(tmp_path):
     assert saved == final and saved["step"] == 4
     assert not any(key.startswith("eval_") for key in saved)  # never a perfect 0.0 / 1.0
     assert saved["train_loss"] > 0
+
+
+def test_a_changed_step_count_on_resume_says_what_the_schedule_becomes(finished, tmp_path,
+                                                                     capsys):
+    """A finished 20-step run rerun with 30 steps would run another schedule (linear decay
+    over 30 from step 0): refused, one line naming the rates, unless extend_schedule;
+    then one warning. A run past its new end says so and changes nothing."""
+    corpus, cache, _ = finished
+    workdir = copy_run(finished, tmp_path)
+    before = snapshot(workdir)
+    with pytest.raises(TrainingError, match=rf"num_train_steps={STEPS} -> {STEPS + 10}\): the "
+                                            rf"learning rate at step {STEPS} becomes .* \(was "
+                                            rf"0\).*extend_schedule=true"):
+        train_and_evaluate(tiny_run_config(corpus, cache, steps=STEPS + 10), workdir)
+    assert snapshot(workdir) == before
+    capsys.readouterr()
+    train_and_evaluate(tiny_run_config(corpus, cache, steps=STEPS + 10, extend_schedule=True),
+                       workdir)
+    out = capsys.readouterr().out
+    assert f"warning: extend_schedule: num_train_steps={STEPS} -> {STEPS + 10}" in out
+    assert Checkpointer(os.path.join(workdir, "checkpoints")).latest_step() == STEPS + 10
+
+    after = snapshot(workdir)
+    final = train_and_evaluate(tiny_run_config(corpus, cache, steps=STEPS), workdir)
+    out = capsys.readouterr().out
+    assert f"already at step {STEPS + 10}, past num_train_steps={STEPS}" in out
+    assert snapshot(workdir) == after and final["step"] == STEPS + 10
+    assert "final metrics: step=" in out  # the saved record, printed

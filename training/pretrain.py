@@ -292,7 +292,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             check_same_architecture(saved, model_cfg, workdir)
             check_same_data(saved, identity, config.data, workdir)
 
-        state, _, start = checkpointer.restore(abstract_state, check_config=refuse_another_run)
+        state, saved, start = checkpointer.restore(abstract_state,
+                                                   check_config=refuse_another_run)
         metrics.console(f"resumed from {checkpointer.directory} at step {start}")
         data = build_data(data_config, workdir)
     else:
@@ -314,11 +315,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     if config.stop_after_steps is not None:
         end = min(end, config.stop_after_steps)
     if start >= end:
-        # Nothing to train: leave every file as it is.
+        # Nothing to train: leave every file as it is, and say where the run stands.
         checkpointer.close()
-        metrics.console(f"{workdir} is already at step {start}; nothing to train")
-        final = results.FinalMetrics.read(workdir) if start >= config.num_train_steps else None
-        return final.to_json() if final else {}
+        return nothing_to_train(workdir, start, config)
+    if resuming:
+        check_schedule(saved, config, start, workdir)
     if is_main:
         if not resuming:
             # The run directory is self-contained: eval_glue.py reads WORKDIR/tokenizer.
@@ -468,6 +469,63 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         raise Stopped(f"{preemption.signal_name}: saved step {done}; rerun the same command "
                       f"to continue")
     return final.to_json()
+
+
+def nothing_to_train(workdir: str, start: int, config: ml_collections.ConfigDict
+                     ) -> dict[str, float]:
+    """The console lines of a rerun with nothing left to train, and its final metrics."""
+    if start < config.num_train_steps:  # stop_after_steps ended this invocation
+        metrics.console(f"{workdir} is at step {start} of {config.num_train_steps}, "
+                        f"stop_after_steps={config.stop_after_steps}: nothing to train in this "
+                        f"invocation; rerun without it (or with a later one) to continue")
+        return {}
+    past = (f", past num_train_steps={config.num_train_steps} (nothing is changed)"
+            if start > config.num_train_steps else "")
+    metrics.console(f"{workdir} is already at step {start}{past}; nothing to train")
+    final = results.read_quietly(results.FinalMetrics, workdir)
+    if final is None or final.step != start:
+        metrics.console(f"no final metrics of step {start} ({results.FinalMetrics.path(workdir)} "
+                        f"is missing or of another step)")
+        return {}
+    shown = {k: v for k, v in final.to_json().items() if v is not None}
+    metrics.console("final metrics: " + " ".join(
+        f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
+    return final.to_json()
+
+
+# Fields that define the learning rate at every step: a resume with other values runs
+# another schedule from step 0 on (training/optimizer.py).
+SCHEDULE_FIELDS = ("num_train_steps", "optimizer.learning_rate", "optimizer.schedule",
+                   "optimizer.warmup_steps")
+
+
+def check_schedule(saved: dict[str, Any], config: ml_collections.ConfigDict, start: int,
+                   workdir: str) -> None:
+    """A resume that changes the schedule (extending training to more steps, say) must
+    say so: refused unless extend_schedule=true, then one warning with the new rate."""
+    before, now = flatten(saved), flatten(config.to_dict())
+    changed = {k: (before.get(k), now[k]) for k in SCHEDULE_FIELDS
+               if k in before and before[k] != now[k]}
+    if not changed:
+        return
+    what = ", ".join(f"{k}={old!r} -> {new!r}" for k, (old, new) in changed.items())
+    old_config = ml_collections.ConfigDict(config.to_dict())
+    for k, (old, _) in changed.items():
+        *parents, field = k.split(".")
+        node = old_config
+        for parent in parents:
+            node = node[parent]
+        node[field] = old
+    _, old_schedule = make_optimizer(old_config.optimizer, old_config.num_train_steps)
+    _, new_schedule = make_optimizer(config.optimizer, config.num_train_steps)
+    rates = (f"the learning rate at step {start} becomes {float(new_schedule(start)):.3g} "
+             f"(was {float(old_schedule(start)):.3g})")
+    if not config.extend_schedule:
+        raise TrainingError(
+            f"{workdir} was trained on another learning-rate schedule ({what}): {rates} and "
+            f"differs from step 0 on; pass --config.extend_schedule=true to continue on the "
+            f"new one, or use a new --workdir")
+    metrics.console(f"warning: extend_schedule: {what}; {rates}")
 
 
 def train_scalars(m: dict[str, Any]) -> dict[str, float]:
