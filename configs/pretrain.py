@@ -57,6 +57,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # globs, comma separated (Project Gutenberg boilerplate is stripped).
     data.corpus = ml_collections.config_dict.placeholder(str)
     data.text_column = "text"  # column of a hub dataset holding the text
+    # Encoding of local text files: utf-8 (a BOM is dropped) | latin-1, cp1252, ... (any
+    # Python codec). Part of the corpus identity: a resume with another one is refused.
+    data.encoding = "utf-8"
     data.max_corpus_chars = ml_collections.config_dict.placeholder(int)  # cap; None = all
     # An existing vocab.txt / tokenizer.json; None trains WordPiece on the corpus.
     data.tokenizer = ml_collections.config_dict.placeholder(str)

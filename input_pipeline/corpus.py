@@ -44,7 +44,13 @@ from input_pipeline.documents import (
     wikitext_heading_level,
 )
 from input_pipeline.errors import CorpusError
-from input_pipeline.textfiles import TextFileReader, expand_paths, split_spec
+from input_pipeline.textfiles import (
+    DEFAULT_ENCODING,
+    TextFileReader,
+    check_encoding,
+    expand_paths,
+    split_spec,
+)
 
 __all__ = [
     "DEFAULT_CHUNK_CHARS", "DEFAULT_MAX_LINE_CHARS", "READER_VERSION", "Corpus", "Document",
@@ -106,11 +112,12 @@ def _over_budget(sink: DocumentSink, max_chars: int | None) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class TextFiles:
-    """Local UTF-8 text files; `paths` as for `expand_paths`."""
+    """Local text files (UTF-8 unless `encoding`); `paths` as for `expand_paths`."""
 
     paths: tuple[str, ...]
     max_chars: int | None = None  # stop reading after about this many characters
     max_line_chars: int = DEFAULT_MAX_LINE_CHARS
+    encoding: str = DEFAULT_ENCODING  # data.encoding
 
     def describe(self) -> str:
         return ",".join(self.paths)
@@ -125,13 +132,16 @@ class TextFiles:
         for f in self.files:
             st = f.stat()
             stats.append([str(f), st.st_size, st.st_mtime_ns])
-        return _identity("files", stats, self.max_chars, self.max_line_chars)
+        # The encoding decides the text (a UTF-8 identity stays as it was before the field).
+        extra = [] if check_encoding(self.encoding) == "utf-8" else [check_encoding(
+            self.encoding)]
+        return _identity("files", stats, self.max_chars, self.max_line_chars, *extra)
 
     def chunks(self, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> Iterator[TextChunk]:
         sink = DocumentSink()
         total_replaced = 0
         for f in self.files:
-            reader = TextFileReader(f, self.max_line_chars)
+            reader = TextFileReader(f, self.max_line_chars, self.encoding)
             stop = False
             for _ in reader.read_into(sink):
                 if _over_budget(sink, self.max_chars):
@@ -353,7 +363,7 @@ class StdlibDocstrings:
 
 
 def parse_corpus_spec(spec: str | Sequence[str] | None, max_chars: int | None = None,
-                      text_column: str = "text") -> Corpus:
+                      text_column: str = "text", encoding: str = DEFAULT_ENCODING) -> Corpus:
     """None / "stdlib" -> StdlibDocstrings; "hf:NAME[:CONFIG[:SPLIT[:COLUMN]]]" ->
     HubDataset (COLUMN defaults to `text_column`); "synthetic:TASK[:KEY=VALUE,...]" ->
     synthetic.SyntheticCorpus; otherwise comma-separated files, directories and globs ->
@@ -373,7 +383,7 @@ def parse_corpus_spec(spec: str | Sequence[str] | None, max_chars: int | None = 
     paths = tuple(split_spec(spec))
     if not paths:
         raise CorpusError(f"corpus: empty path list {spec!r}")
-    return TextFiles(paths, max_chars)
+    return TextFiles(paths, max_chars, encoding=encoding)
 
 
 def iter_sentences(documents: Iterable[Document]) -> Iterator[str]:

@@ -172,6 +172,7 @@ def build_pretraining_data(
     max_chars: int | None = None,
     min_frequency: int = 2,
     text_column: str = "text",
+    encoding: str = "utf-8",
     max_predictions_per_seq: int = 20,
     mask_prob: float = 0.15,
     whole_word_mask: bool = False,
@@ -197,6 +198,7 @@ def build_pretraining_data(
       for corpora with too few documents).
     max_chars: read only about this much text (quick runs, tests).
     text_column: the text column of a hub dataset (the spec's COLUMN field wins).
+    encoding: of local text files (utf-8; latin-1, cp1252, ... for older corpora).
     max_predictions_per_seq, mask_prob, whole_word_mask, mask_targets, mask_token_prob,
       random_token_prob: masking defaults of the result (input_pipeline.masking).
     chunk_chars: text streamed per step (memory vs. per-chunk overhead).
@@ -212,7 +214,8 @@ def build_pretraining_data(
     ValueError) with one line naming the bad path or argument.
     """
     cache_dir = Path(cache_dir)
-    source = corpus.parse_corpus_spec(corpus_spec, max_chars=max_chars, text_column=text_column)
+    source = corpus.parse_corpus_spec(corpus_spec, max_chars=max_chars, text_column=text_column,
+                                      encoding=encoding)
     corpus_id = source.identity()
     if isinstance(source, synthetic.SyntheticCorpus):
         source.check_fits(max_seq_length, pair)
@@ -279,7 +282,7 @@ CONFIG_FIELDS = {
 # Fields added later, with the default a config block from before them means.
 OPTIONAL_CONFIG_FIELDS = {
     "mask_targets": ("mask_targets", None), "mask_token_prob": ("mask_token_prob", 0.8),
-    "random_token_prob": ("random_token_prob", 0.1),
+    "random_token_prob": ("random_token_prob", 0.1), "encoding": ("encoding", "utf-8"),
 }
 _MISSING = object()
 

@@ -66,27 +66,49 @@ _ERRORS = "input_pipeline_count_replace"
 codecs.register_error(_ERRORS, _count_and_replace)
 
 
-class TextFileReader:
-    """Reads one file's lines in blocks; `replaced` counts undecodable byte sequences."""
+DEFAULT_ENCODING = "utf-8"
 
-    def __init__(self, path: str | os.PathLike, max_line_chars: int):
+
+def check_encoding(encoding: str) -> str:
+    """The codec's name; CorpusError naming data.encoding when Python has no such codec."""
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        raise CorpusError(f"corpus: data.encoding={encoding!r} is not a text encoding Python "
+                          f"knows (e.g. utf-8, latin-1, cp1252)") from None
+
+
+class TextFileReader:
+    """Reads one file's lines in blocks; `replaced` counts undecodable byte sequences.
+    `encoding`: data.encoding (UTF-8 also drops a byte-order mark)."""
+
+    def __init__(self, path: str | os.PathLike, max_line_chars: int,
+                 encoding: str = DEFAULT_ENCODING):
         self.path = Path(path)
         self.max_line_chars = max_line_chars
+        self.encoding = check_encoding(encoding)
         self.replaced = 0
+
+    def _not_text(self, details: str) -> CorpusError:
+        shown = "UTF-8" if self.encoding == "utf-8" else self.encoding
+        return CorpusError(f"corpus: {self.path} is not {shown} text ({details}); if it is text "
+                           f"in another encoding, set data.encoding (e.g. "
+                           f"--config.data.encoding=latin-1)")
 
     def _check_text(self, raw: bytes, decoded: str, replaced: int) -> None:
         nul = raw.count(b"\x00")
-        if nul > MAX_NUL_FRACTION * len(raw):
-            raise CorpusError(f"corpus: {self.path} is not UTF-8 text ({nul} NUL bytes in a "
-                              f"{len(raw)}-byte block: a binary or UTF-16 file?)")
+        if nul > MAX_NUL_FRACTION * len(raw) and not self.encoding.startswith("utf-16"):
+            raise self._not_text(f"{nul} NUL bytes in a {len(raw)}-byte block: a binary or "
+                                 f"UTF-16 file?")
         # (At least 16: a short file with a couple of Latin-1 letters is still text.)
         if replaced > max(16, MAX_UNDECODABLE_FRACTION * len(decoded)):
-            raise CorpusError(f"corpus: {self.path} is not UTF-8 text ({replaced} undecodable "
-                              f"byte sequences in a {len(raw)}-byte block)")
+            raise self._not_text(f"{replaced} undecodable byte sequences in a {len(raw)}-byte "
+                                 f"block")
 
     def _blocks(self) -> Iterator[str]:
         """Decoded text, each piece ending at a line end (except at the end of the file)."""
-        decoder = codecs.getincrementaldecoder("utf-8-sig")(errors=_ERRORS)
+        codec = "utf-8-sig" if self.encoding == "utf-8" else self.encoding
+        decoder = codecs.getincrementaldecoder(codec)(errors=_ERRORS)
         carry = ""
         try:
             with open(self.path, "rb") as f:

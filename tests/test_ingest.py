@@ -345,3 +345,22 @@ def test_tokenizer_trained_on_a_sample_of_the_chunks(tmp_path, monkeypatch):
     with pytest.raises(ip.InputPipelineError, match="tokenizer_sample=0"):
         ip.build_pretraining_data(str(tmp_path / "c.txt"), tmp_path / "c2",
                                   tokenizer_sample=0.0, **kwargs)
+
+
+def test_a_corpus_in_another_encoding_reads_with_data_encoding(tmp_path):
+    """latin-1 text is refused as not UTF-8 with a line that names data.encoding, and read
+    whole with it; the encoding is part of the corpus identity (cache key, resume check)."""
+    lines = [f"Le café numéro {i} est à côté de la gare, très élégant." for i in range(300)]
+    (tmp_path / "latin.txt").write_bytes("\n".join(lines).encode("latin-1") + b"\n")
+    spec = str(tmp_path / "latin.txt")
+    with pytest.raises(ip.CorpusError, match=r"latin\.txt is not UTF-8 text .*set "
+                                             r"data\.encoding \(e\.g\. --config\.data\.encoding"):
+        ip.parse_corpus_spec(spec).documents()
+    docs = ip.parse_corpus_spec(spec, encoding="latin-1").documents()
+    assert docs[0][0] == lines[0]
+    assert ip.parse_corpus_spec(spec, encoding="latin-1").identity() != ip.parse_corpus_spec(
+        spec).identity()
+    assert ip.parse_corpus_spec(spec, encoding="iso-8859-1").identity() == ip.parse_corpus_spec(
+        spec, encoding="latin-1").identity()  # one codec, two names
+    with pytest.raises(ip.CorpusError, match="data.encoding='klingon' is not a text encoding"):
+        ip.parse_corpus_spec(spec, encoding="klingon").documents()

@@ -70,6 +70,18 @@ def test_resume_on_another_corpus_is_refused_before_anything_is_written(finished
     assert snapshot(workdir) == before  # tokenizer/, config.json, checkpoints untouched
 
 
+def test_resume_with_another_encoding_is_refused(finished, tmp_path):
+    """The same files read as latin-1 are another text (data.encoding is in the corpus
+    identity)."""
+    corpus, cache, _ = finished
+    workdir = copy_run(finished, tmp_path)
+    before = snapshot(workdir)
+    config = tiny_run_config(corpus, cache, steps=STEPS, **{"data.encoding": "latin-1"})
+    with pytest.raises(TrainingError, match="another corpus"):
+        train_and_evaluate(config, workdir)
+    assert snapshot(workdir) == before
+
+
 def test_resume_with_another_tokenizer_setting_is_refused(finished, tmp_path):
     corpus, cache, _ = finished
     workdir = copy_run(finished, tmp_path)

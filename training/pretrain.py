@@ -116,7 +116,8 @@ def data_identity(data_config: ml_collections.ConfigDict, tokenizer_dir: str | N
     file sizes and times, or a hub dataset's fingerprint, and the vocabulary's hash)."""
     source = input_pipeline.corpus.parse_corpus_spec(
         data_config.corpus, max_chars=data_config.max_corpus_chars,
-        text_column=data_config.text_column)
+        text_column=data_config.text_column,
+        encoding=data_config.get("encoding", input_pipeline.textfiles.DEFAULT_ENCODING))
     identity = {"corpus": source.describe(), "corpus_identity": source.identity()}
     if tokenizer_dir is not None:
         tokenizer = input_pipeline.load_tokenizer(tokenizer_dir)
