@@ -34,6 +34,7 @@ GLUE_ARGS = {
     "init": "init",
     "insert_th": "insert_talking_heads",
     "save_model": "save_model",
+    "buckets": "length_buckets",
 }
 
 
@@ -74,6 +75,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Cap on training examples per task (quick runs and smoke tests); None = all.
     config.max_train_examples = ml_collections.config_dict.placeholder(int)
     config.eval_batch_size = 128
+    # Batch lengths (training/finetune.py): each batch is cut to the shortest of these its
+    # longest example fits (only padding is cut; the same rows, so the same run up to
+    # dropout draws), and eval scores examples shortest first. auto: 16/24/32/48/64/96/128
+    # ... up to max_seq_length | none: every batch at max_seq_length | e.g. 32/64/128.
+    # One compilation per length.
+    config.length_buckets = "auto"
     config.log_every_steps = 50
     config.write_test_predictions = True  # GLUE submission files for the best run
     # Fine-tuned parameters kept in TASK/lr{LR}_seed{S}/model/ for scripts/export_hf.py:

@@ -188,6 +188,50 @@ def test_a_signal_while_evaluating_stops_resumably_and_the_rerun_only_evaluates(
     assert len(events.Scalars("train_loss")) == 18  # trained once: the rerun only evaluated
 
 
+def test_length_buckets_cut_only_padding():
+    assert finetune.length_buckets("auto", 128) == (16, 24, 32, 48, 64, 96, 128)
+    assert finetune.length_buckets("none", 128) == (128,)
+    assert finetune.length_buckets("32/64", 128) == (32, 64, 128)
+    with pytest.raises(ValueError, match="length_buckets='32/256': 256 is not in 1..max"):
+        finetune.length_buckets("32/256", 128)
+    mask = np.zeros((5, 128), np.int32)
+    for row, length in enumerate((3, 20, 9, 40, 2)):
+        mask[row, :length] = 1
+    arrays = {"input_ids": mask * 7, "token_type_ids": mask * 0, "attention_mask": mask,
+              "labels": np.arange(5)}
+    cut = list(finetune.batches(arrays, np.arange(5), 2, (16, 24, 48, 128)))
+    assert [b["input_ids"].shape[1] for b in cut] == [24, 48, 16]
+    assert [int(b["weights"].sum()) for b in cut] == [2, 2, 1]
+    np.testing.assert_array_equal(cut[1]["attention_mask"].sum(1), [9, 40])  # nothing real cut
+
+
+@pytest.mark.slow
+def test_length_buckets_change_the_time_not_the_predictions(pretrained_workdir, tmp_path):
+    """Fine-tuning with batches cut to length buckets gives the dev predictions of the
+    padded path to 1e-4 (dropout off: it draws by shape)."""
+    import glue
+
+    glue_dir = tmp_path / "glue"
+    write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(6))
+    task = glue.get_task("sst2")
+    runs = {}
+    for buckets in ("none", "auto"):
+        config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
+                             max_train_examples=96, max_seq_length=64, length_buckets=buckets)
+        pretrained = finetune.load_pretrained(config)
+        data = finetune.load_task_data(task, config, pretrained.tokenizer)
+        run_dir = tmp_path / buckets
+        runs[buckets] = finetune.finetune_run(task, pretrained, data, 2e-3, 0, config,
+                                              str(run_dir))
+        runs[buckets]["dev_scores"] = np.load(run_dir / "dev_predictions.npy")
+    assert data["train"]["attention_mask"].sum(1).max() <= 16  # every batch cut to 16 of 64
+    np.testing.assert_allclose(runs["auto"]["dev_scores"], runs["none"]["dev_scores"],
+                               atol=1e-4)
+    assert runs["auto"]["dev"] == runs["none"]["dev"]
+    assert runs["auto"]["final_train_loss"] == pytest.approx(runs["none"]["final_train_loss"],
+                                                             abs=1e-4)
+
+
 @pytest.mark.slow
 def test_sequence_longer_than_the_positions_is_refused_up_front(pretrained_workdir, tmp_path):
     glue_dir = tmp_path / "glue"

@@ -203,8 +203,41 @@ def missing_test_files(task: glue.GlueTask, config) -> list[str]:
 
 
 # -- one run ---------------------------------------------------------------------------
-def batches(arrays: dict[str, np.ndarray], order: np.ndarray, batch_size: int):
-    """Fixed-shape global batches: the last one is padded with weight-0 rows."""
+# config.length_buckets="auto": batch lengths to choose from, up to max_seq_length. Each
+# is one compilation of the train and predict steps; a batch pads to at most 1.5x its
+# longest example (SST-2's training sentences: median 10 tokens, so most batches of 32
+# fit 48 or 64 of 128).
+AUTO_LENGTH_BUCKETS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+def length_buckets(spec: str, max_length: int) -> tuple[int, ...]:
+    """config.length_buckets: 'auto' (AUTO_LENGTH_BUCKETS up to max_seq_length), 'none'
+    (every batch padded to max_seq_length), or lengths as 'A/B/C'; max_seq_length is
+    always the last."""
+    spec = str(spec).strip().lower()
+    if spec == "none":
+        return (max_length,)
+    if spec == "auto":
+        sizes = [b for b in AUTO_LENGTH_BUCKETS if b < max_length]
+    else:
+        try:
+            sizes = [int(part) for part in spec.split("/") if part.strip()]
+        except ValueError:
+            raise ValueError(f"length_buckets={spec!r}: auto, none or lengths as "
+                             f"A/B/C") from None
+        bad = [b for b in sizes if not 0 < b <= max_length]
+        if bad:
+            raise ValueError(f"length_buckets={spec!r}: {bad[0]} is not in 1.."
+                             f"max_seq_length={max_length}")
+    return tuple(sorted(set(sizes) | {max_length}))
+
+
+def batches(arrays: dict[str, np.ndarray], order: np.ndarray, batch_size: int,
+            buckets: tuple[int, ...] | None = None):
+    """Global batches of `batch_size` rows (the last padded with weight-0 rows). With
+    `buckets`, each batch is cut to the shortest bucket its longest example fits
+    (examples are padded on the right, so only padding is cut); the rows of a batch are
+    the same either way, so a run stays a pure function of (seed, step)."""
     keys = ("input_ids", "token_type_ids", "attention_mask", "labels")
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
@@ -215,6 +248,11 @@ def batches(arrays: dict[str, np.ndarray], order: np.ndarray, batch_size: int):
             batch["labels"] = np.nan_to_num(batch["labels"])
         else:
             batch["labels"] = np.maximum(batch["labels"], 0)
+        if buckets is not None:
+            longest = int(batch["attention_mask"].sum(axis=1).max())
+            width = next(b for b in buckets if b >= longest)
+            for k in ("input_ids", "token_type_ids", "attention_mask"):
+                batch[k] = batch[k][:, :width]
         yield batch
 
 
@@ -225,14 +263,24 @@ def on_mesh(batch: dict[str, np.ndarray], mesh, rules) -> dict[str, jax.Array]:
     return sharding.host_batch_to_global({k: v[rows] for k, v in batch.items()}, mesh, rules)
 
 
-def predict_split(predict, params, arrays, batch_size: int, mesh, rules) -> np.ndarray:
+def predict_split(predict, params, arrays, batch_size: int, mesh, rules,
+                  buckets: tuple[int, ...] | None = None) -> np.ndarray:
+    """Scores of every example, in the split's order. With `buckets` the examples are
+    scored shortest first (each prediction depends on its own example only), so batches
+    carry little padding."""
+    count = len(arrays["input_ids"])
+    order = (np.argsort(arrays["attention_mask"].sum(axis=1), kind="stable")
+             if buckets is not None else np.arange(count))
     out = []
-    for batch in batches(arrays, np.arange(len(arrays["input_ids"])), batch_size):
+    for batch in batches(arrays, order, batch_size, buckets):
         real = int(batch["weights"].sum())
         with mesh, nn.logical_axis_rules(rules):
             scores = predict(params, on_mesh(batch, mesh, rules))
         out.append(sharding.to_host(scores)[:real])
-    return np.concatenate(out)
+    scores = np.concatenate(out)
+    unsorted = np.empty_like(scores)
+    unsorted[order] = scores
+    return unsorted
 
 
 def make_mesh(config, devices=None):
@@ -271,6 +319,7 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
     num_train = len(train["input_ids"])
     steps_per_epoch = math.ceil(num_train / config.batch_size)
     total_steps = max(int(math.ceil(steps_per_epoch * config.num_epochs)), 1)
+    buckets = length_buckets(config.length_buckets, config.max_seq_length)
     # BERT's fine-tuning recipe through pretraining's optimizer builder: AdamW, clipping
     # at 1.0, linear warm-up over warmup_fraction of the steps, then linear decay to 0.
     optimizer, schedule = make_optimizer(ml_collections.ConfigDict(dict(
@@ -329,7 +378,7 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
 
     for epoch in range(math.ceil(config.num_epochs)):
         order = np.random.default_rng([seed, epoch]).permutation(num_train)
-        for batch in batches(train, order, config.batch_size):
+        for batch in batches(train, order, config.batch_size, buckets):
             if step >= total_steps:
                 break
             if step < start:
@@ -350,18 +399,24 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
             stop_if_requested("training")
     params = state["params"]
     dev = {}
+
+    def predictions_of(split: str) -> np.ndarray:
+        """Every process scores (the batches span them); process 0 keeps the scores in
+        RUN_DIR/SPLIT_predictions.npy (dev ones too: per-example comparisons of runs)."""
+        scores = predict_split(predict, params, data[split], config.eval_batch_size, mesh,
+                               rules, buckets)
+        if jax.process_index() == 0:
+            np.save(os.path.join(run_dir, f"{split}_predictions.npy"), scores)
+        return scores
+
     for split in task.dev_splits:
         stop_if_requested(f"evaluating {split}")
-        predictions = predict_split(predict, params, data[split], config.eval_batch_size,
-                                    mesh, rules)
-        dev[split] = glue.compute_metrics(task, predictions, data[split]["labels"])
+        dev[split] = glue.compute_metrics(task, predictions_of(split), data[split]["labels"])
         writer.scalars(step, {f"{split}/{k}": v for k, v in dev[split].items()})
     for split in task.test_splits:
         stop_if_requested(f"predicting {split}")
-        if split in data and jax.process_index() == 0:
-            np.save(os.path.join(run_dir, f"{split}_predictions.npy"),
-                    predict_split(predict, params, data[split], config.eval_batch_size,
-                                  mesh, rules))
+        if split in data:
+            predictions_of(split)
     stop_if_requested("writing the result")
     writer.close()
     checkpointer.close()
@@ -472,6 +527,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
     """Every task of config.task on the mesh of config.mesh (over `devices`, default all)."""
     names = list(glue.TASKS) if str(config.task).lower() == "all" else str(config.task).split("/")
     tasks = [glue.get_task(name) for name in names]
+    length_buckets(config.length_buckets, config.max_seq_length)  # a bad spec: fail first
     if config.save_model not in SAVE_MODEL:
         raise ValueError(f"save_model={config.save_model!r} is unknown; choose one of "
                          f"{', '.join(SAVE_MODEL)}")
