@@ -35,6 +35,7 @@ GLUE_ARGS = {
     "insert_th": "insert_talking_heads",
     "save_model": "save_model",
     "buckets": "length_buckets",
+    "group_by_length": "group_by_length",
 }
 
 
@@ -81,6 +82,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # ... up to max_seq_length | none: every batch at max_seq_length | e.g. 32/64/128.
     # One compilation per length.
     config.length_buckets = "auto"
+    # Batches of examples of similar length (sorted within windows of 64 batches, then
+    # shuffled; Hugging Face's group_by_length): with the buckets, most of an epoch runs
+    # at the short lengths. Off by default: it changes which examples share a batch.
+    config.group_by_length = False
     config.log_every_steps = 50
     config.write_test_predictions = True  # GLUE submission files for the best run
     # Fine-tuned parameters kept in TASK/lr{LR}_seed{S}/model/ for scripts/export_hf.py:

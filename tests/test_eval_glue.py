@@ -205,6 +205,18 @@ def test_length_buckets_cut_only_padding():
     np.testing.assert_array_equal(cut[1]["attention_mask"].sum(1), [9, 40])  # nothing real cut
 
 
+def test_grouped_epochs_see_every_example_once_in_length_homogeneous_batches():
+    lengths = np.random.default_rng(0).integers(3, 60, 1000)
+    plain = finetune.epoch_order(lengths, seed=3, epoch=1, batch_size=32)
+    np.testing.assert_array_equal(plain, np.random.default_rng([3, 1]).permutation(1000))
+    grouped = finetune.epoch_order(lengths, 3, 1, 32, group_by_length=True)
+    assert sorted(grouped) == list(range(1000))  # each example once
+    np.testing.assert_array_equal(grouped, finetune.epoch_order(lengths, 3, 1, 32, True))
+    spread = [np.ptp(lengths[b]) for b in grouped[:31 * 32].reshape(31, 32)]
+    assert max(spread) <= 4 < np.mean([np.ptp(lengths[b]) for b in plain[:992].reshape(31, 32)])
+    assert not np.array_equal(grouped, finetune.epoch_order(lengths, 3, 2, 32, True))
+
+
 @pytest.mark.slow
 def test_length_buckets_change_the_time_not_the_predictions(pretrained_workdir, tmp_path):
     """Fine-tuning with batches cut to length buckets gives the dev predictions of the

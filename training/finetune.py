@@ -263,6 +263,32 @@ def on_mesh(batch: dict[str, np.ndarray], mesh, rules) -> dict[str, jax.Array]:
     return sharding.host_batch_to_global({k: v[rows] for k, v in batch.items()}, mesh, rules)
 
 
+# group_by_length: examples are sorted by length within windows of this many batches.
+GROUP_WINDOW_BATCHES = 64
+
+
+def epoch_order(lengths: np.ndarray, seed: int, epoch: int, batch_size: int,
+                group_by_length: bool = False) -> np.ndarray:
+    """The training examples of one epoch, in batch order: a permutation drawn from
+    (seed, epoch). group_by_length (Hugging Face's Trainer has the same option) then
+    sorts each window of GROUP_WINDOW_BATCHES batches by length and shuffles the batches
+    (the last, partial one stays last), so each batch holds examples of similar length
+    and length buckets cut most of their padding; every example is still seen once per
+    epoch, and the order is still a function of (seed, epoch)."""
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(lengths))
+    if not group_by_length:
+        return order
+    window = batch_size * GROUP_WINDOW_BATCHES
+    order = np.concatenate([
+        chunk[np.argsort(-lengths[chunk], kind="stable")]
+        for chunk in np.split(order, range(window, len(order), window))]) if len(order) else order
+    full = len(order) // batch_size
+    shuffled = rng.permutation(full)
+    head = order[:full * batch_size].reshape(full, batch_size)[shuffled].reshape(-1)
+    return np.concatenate([head, order[full * batch_size:]])
+
+
 def predict_split(predict, params, arrays, batch_size: int, mesh, rules,
                   buckets: tuple[int, ...] | None = None) -> np.ndarray:
     """Scores of every example, in the split's order. With `buckets` the examples are
@@ -377,7 +403,8 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
                       f"continue")
 
     for epoch in range(math.ceil(config.num_epochs)):
-        order = np.random.default_rng([seed, epoch]).permutation(num_train)
+        order = epoch_order(train["attention_mask"].sum(axis=1), seed, epoch,
+                            config.batch_size, config.group_by_length)
         for batch in batches(train, order, config.batch_size, buckets):
             if step >= total_steps:
                 break
@@ -578,6 +605,8 @@ def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None
         "max_seq_length": config.max_seq_length, "batch_size": config.batch_size,
         "num_epochs": config.num_epochs, "max_train_examples": config.max_train_examples,
     }
+    if config.get("group_by_length"):  # only when set: older workdirs keep their identity
+        identity["group_by_length"] = True
     path = os.path.join(workdir, "glue_identity.json")
     if os.path.exists(path):
         saved = results.read_json(path)  # a damaged one: ResultsError naming it
