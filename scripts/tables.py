@@ -61,6 +61,7 @@ from configs import grids
 from scripts import sweep_grids
 from training.files import write_text_atomic
 from training.results import (
+    FINAL_METRICS,
     FinalMetrics,
     SweepManifest,
     list_runs,
@@ -200,19 +201,53 @@ def add_model_stats(result: RowResult, manifest: SweepManifest | None,
     result.flops = sweep_grids.flops_per_token(model, seq_len)
 
 
-def load_rows(out: str, grid: str | None,
-              grid_file: str | None) -> tuple[str, list[grids.Row], SweepManifest | None]:
+SWEEP_LAYOUT = ("tables.py reads a sweep's OUT: OUT/ROW/pretrain/ and OUT/ROW/glue/TASK/ "
+                "(or OUT/ROW/seedS/...), as scripts/sweep.py writes it, or one ROW folder")
+
+
+def row_folders(out: str) -> list[str]:
+    return sorted(d for d in os.listdir(out) if list_runs(out, d))
+
+
+def what_is_here(out: str) -> str:
+    """The one error line for an --out that holds no row: what the folder is instead."""
+    if os.path.exists(os.path.join(out, FINAL_METRICS)) or os.path.isdir(
+            os.path.join(out, "checkpoints")):
+        found = f"a pretraining workdir (train.py; its numbers: {out}/{FINAL_METRICS})"
+    elif os.path.exists(os.path.join(out, "results.json")):
+        found = f"an eval_glue.py workdir (its table: {out}/results.md)"
+    elif os.path.exists(os.path.join(out, "table.md")):
+        found = f"tables already written ({out}/table.md)"
+    else:
+        found = "no run"
+    return f"--out={out} holds {found}; {SWEEP_LAYOUT}"
+
+
+def rows_location(out: str, grid: str | None, grid_file: str | None) -> tuple[str, str | None]:
+    """(the folder whose subfolders are rows, the one row to read or None for all): OUT
+    itself, or its parent when OUT is one row's folder."""
+    if grid or grid_file or read_quietly(SweepManifest, out) or row_folders(out):
+        return out, None
+    parent, name = os.path.split(os.path.abspath(out))
+    if list_runs(parent, name):
+        return parent, name
+    raise ValueError(what_is_here(out))
+
+
+def load_rows(out: str, grid: str | None, grid_file: str | None,
+              only: str | None = None) -> tuple[str, list[grids.Row], SweepManifest | None]:
     """(label, rows, the sweep's manifest): --grid/--grid_file, else the manifest's rows,
-    else every folder of OUT that holds a run."""
+    else every folder of OUT that holds a run (or the one named `only`)."""
     manifest = read_quietly(SweepManifest, out)
     if grid or grid_file:
         label, rows = sweep_grids.load_grid(grid, grid_file)
         return label, rows, manifest
     if manifest and manifest.rows:
         rows = [sweep_grids.row_from_json(r) for r in manifest.rows]
+        rows = [r for r in rows if only in (None, r.name)]
         return manifest.grid, rows, manifest
-    names = sorted(d for d in os.listdir(out) if list_runs(out, d))
-    return out, [grids.Row(name, {}) for name in names], manifest
+    names = [only] if only else row_folders(out)
+    return os.path.join(out, only) if only else out, [grids.Row(n, {}) for n in names], manifest
 
 
 # -- metrics and their values ------------------------------------------------------------
@@ -778,7 +813,8 @@ def collect(out: str, grid: str | None = None, grid_file: str | None = None,
             steps_to: tuple[Metric, ...] = ()) -> Table:
     """Reads every row's runs and builds its model statistics; `steps_to` columns follow
     the MLM ones."""
-    label, rows, manifest = load_rows(out, grid, grid_file)
+    out, only = rows_location(out, grid, grid_file)
+    label, rows, manifest = load_rows(out, grid, grid_file, only)
     results = [read_row(out, row) for row in rows]
     paper_vocab = any("params_m" in row.reported for row in rows)
     for result in results:
@@ -834,11 +870,12 @@ def main(argv: list[str]) -> None:
         table, pairs, FLAGS.test, FLAGS.alpha, FLAGS.bootstrap)
     print(markdown)
     directory = FLAGS.tables_dir or out
-    if "md" in formats:
-        write_text_atomic(os.path.join(directory, "table.md"), markdown)
+    written = {"table.md": markdown} if "md" in formats else {}
     if "csv" in formats:
-        write_text_atomic(os.path.join(directory, "table.csv"), results_csv)
-        write_text_atomic(os.path.join(directory, "significance.csv"), significance_csv_text)
+        written |= {"table.csv": results_csv, "significance.csv": significance_csv_text}
+    for name, text in written.items():
+        write_text_atomic(os.path.join(directory, name), text)
+        print(f"wrote {os.path.join(directory, name)}")
     if FLAGS.plots:
         for path in write_plots(table, FLAGS.plots):
             print(f"wrote {path}")

@@ -255,3 +255,35 @@ def test_identity_mixing_rows_get_their_own_plot_line():
     twin.row = grids.Row("txt_mh_h8_twin", twin.row.overrides)
     lines = tables.plot_lines([rows[3], twin], "lr")
     assert sorted(lines) == ["multi_head, pretrained", "multi_head, pretrained (txt_mh_h8_twin)"]
+
+
+def test_out_that_is_not_a_sweep_gets_a_table_or_one_line_naming_the_layout(tmp_path):
+    """--out as one row of a sweep makes that row's table; a pretraining workdir, a GLUE
+    workdir, a folder of written tables or an empty folder get one error line that says
+    what the folder is and what tables.py reads (each crashed with an IndexError)."""
+    out = tmp_path / "sweep"
+    fake_run(out / "th_cpu_mh_h4", "row=th_cpu_mh_h4", 0, 3.0,
+             {"sst2": {3e-5: {0: 81.0, 1: 83.0}}})
+    one_row = run_script("tables.py", [f"--out={out / 'th_cpu_mh_h4'}"])
+    assert one_row.returncode == 0, one_row.stderr
+    assert "| th_cpu_mh_h4 |" in one_row.stdout and "82.0 ± 1.4" in one_row.stdout
+    assert f"wrote {out / 'th_cpu_mh_h4' / 'table.md'}" in one_row.stdout  # says where
+
+    pretraining = tmp_path / "run"
+    write_json(str(pretraining / "final_metrics.json"), {"step": 1})
+    glue_workdir = tmp_path / "glue_workdir"
+    write_json(str(glue_workdir / "results.json"), {"tasks": {}})
+    written = tmp_path / "docs_results"
+    written.mkdir()
+    (written / "table.md").write_text("# a table\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for folder, says in [(pretraining, "a pretraining workdir"),
+                         (glue_workdir, "an eval_glue.py workdir"),
+                         (written, "tables already written"), (empty, "no run")]:
+        result = run_script("tables.py", [f"--out={folder}"])
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"error: --out={folder}") and says in line, line
+        assert "OUT/ROW/pretrain" in line  # the layout tables.py reads
+        assert not (folder / "table.csv").exists()
