@@ -157,3 +157,24 @@ def test_a_reader_of_a_live_run_takes_complete_checkpoints_only(tmp_path, monkey
     monkeypatch.setattr(ocp.CheckpointManager, "restore", retention_removes_20)
     restored = restore_run(workdir)
     assert restored.step == 10 and restored.state["params"]
+
+
+def test_the_best_checkpoint_is_kept_beside_the_latest_and_found_by_readers(tmp_path):
+    """keep_last=2 with best_metric=eval_loss keeps the two newest and the lowest loss.
+    Orbax wrote no metrics (its best_fn was unset) and BestN kept the highest loss, so
+    "best" (export, fine-tuning from a run) silently meant the newest, and the best
+    checkpoint was deleted."""
+    from training.checkpoints import restore_run
+
+    workdir = tmp_path / "run"
+    checkpointer = Checkpointer(str(workdir / "checkpoints"), keep_last=2,
+                                best_metric="eval_loss")
+    for step, loss in [(1, 3.0), (2, 1.0), (3, 2.0), (4, 2.5), (5, 2.7)]:
+        checkpointer.save(step, {"w": jnp.full(3, float(step))}, {"step": step},
+                          metrics={"eval_loss": loss})
+    assert checkpointer.all_steps() == [2, 4, 5]
+    assert checkpointer.best_step("eval_loss") == 2
+    checkpointer.close()
+    restored = restore_run(str(workdir), step="best")
+    assert restored.step == 2 and float(restored.state["w"][0]) == 2.0
+    assert restore_run(str(workdir)).step == 5

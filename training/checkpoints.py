@@ -79,16 +79,21 @@ class Checkpointer:
         if read_only:
             logging.get_absl_logger().addFilter(_READ_ONLY_FILTER)
         keep = [policies.LatestN(n=max(keep_last, 1))]
+        best = {}
         if best_metric:
+            # BestN sorts by the metric and keeps the *last* n: for "min" the order is
+            # reversed. Orbax writes a save's metrics only when best_fn is set.
             keep.append(
                 policies.BestN(
                     get_metric_fn=lambda metrics: metrics[best_metric],
-                    reverse=best_mode == "max",
+                    reverse=best_mode == "min",
                     n=1,
                     keep_checkpoints_without_metrics=False,
                 )
             )
+            best = {"best_fn": lambda metrics: metrics[best_metric], "best_mode": best_mode}
         options = ocp.CheckpointManagerOptions(
+            **best,
             preservation_policy=policies.AnyPreservationPolicy(keep),
             enable_async_checkpointing=False,
             read_only=read_only,
@@ -290,6 +295,10 @@ class Checkpointer:
         logging.warning("checkpoint %s is damaged (%s)%s; trying the previous one",
                         self.step_directory(step), reason, moved)
         return f"{self.step_directory(step)} ({reason}){moved}"
+
+    def wait(self) -> None:
+        """Until every save in flight is on disk (and its metrics readable)."""
+        self.manager.wait_until_finished()
 
     def close(self) -> None:
         self.manager.close()
