@@ -34,6 +34,7 @@ import numpy as np
 from absl import logging
 from tokenizers import Tokenizer
 
+from common.console import console
 from input_pipeline import cache, packing
 from input_pipeline import tokenizer as tokenizer_lib
 from input_pipeline.corpus import Corpus
@@ -43,7 +44,7 @@ from input_pipeline.errors import CorpusError, InputPipelineError
 from input_pipeline.packing import PackedRows, PackedSplit, StreamPacker
 from input_pipeline.tokenizer import SpecialIds
 
-_PROGRESS_CHARS = 64 << 20  # a log line per this much text
+_PROGRESS_SECONDS = 30.0  # a progress line this often while packing
 # Encoding is Python-bound (the word cache), so it runs in worker processes, one per
 # core up to this many: each holds a tokenizer and a word cache (~75 MB at most).
 MAX_WORKERS = 8
@@ -202,7 +203,9 @@ def build_packed_entry(
     word_level = True
     t0 = time.time()
     chars = corpus_tokens = 0
-    next_log = _PROGRESS_CHARS
+    next_log = t0 + _PROGRESS_SECONDS
+    console(f"data: tokenizing and packing {source.describe()} into {max_seq_length}-token "
+            f"sequences...")
     with cache.atomic_directory(entry) as tmp:
         writers = {name: cache.SplitWriter(tmp, name, max_seq_length, dtype)
                    for name in cache.SPLITS}
@@ -214,10 +217,10 @@ def build_packed_entry(
                 route(packer.add(tokens, lengths, chunk.doc_ids))
                 chars += sum(map(len, chunk.sentences))
                 corpus_tokens += len(tokens)
-                if chars >= next_log:
-                    next_log += _PROGRESS_CHARS
-                    logging.info("data: packed %.0f MB of text (%.1f MB/s)", chars / 1e6,
-                                 chars / 1e6 / (time.time() - t0))
+                if time.time() >= next_log:
+                    next_log = time.time() + _PROGRESS_SECONDS
+                    console(f"data: packed {chars / 1e6:.0f} MB of text "
+                            f"({chars / 1e6 / (time.time() - t0):.1f} MB/s)")
             route(packer.finish())
             eval_split = _ensure_both_splits(writers, eval_fraction,
                                              sum(route.num_documents.values()),
@@ -241,6 +244,7 @@ def build_packed_entry(
         })
         cache.write_meta(tmp, meta)
     seconds = time.time() - t0
-    logging.info("data: packed %d tokens (%.0f MB of text, %.1f MB/s) into %d train / %d eval "
-                 "sequences -> %s", corpus_tokens, chars / 1e6, chars / 1e6 / max(seconds, 1e-9),
-                 *meta["num_sequences"], entry)
+    train_rows, eval_rows = meta["num_sequences"]
+    console(f"data: packed {corpus_tokens} tokens ({chars / 1e6:.0f} MB of text, "
+            f"{chars / 1e6 / max(seconds, 1e-9):.1f} MB/s) into {train_rows} train / "
+            f"{eval_rows} eval sequences in {seconds:.1f} s -> {entry}")

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from absl import logging
 from tokenizers import Tokenizer
 
+from common.console import console
 from input_pipeline import cache, corpus, packing, synthetic
 from input_pipeline import tokenizer as tokenizer_lib
 from input_pipeline.batches import Batcher, EvalBatches
@@ -148,13 +148,15 @@ def _get_tokenizer(source: corpus.Corpus, corpus_id: str, cache_dir: Path, vocab
         except TokenizerError as e:
             cache.set_aside(tok_dir, cache.DamagedEntry(tok_dir, str(e)))
     t0 = time.time()
+    sampled = f" (a {sample:g} sample)" if sample != 1.0 else ""
+    console(f"data: training a {vocab_size}-token WordPiece vocabulary on "
+            f"{source.describe()}{sampled}...")
     with cache.atomic_directory(tok_dir) as tmp:
         with cache.writing(tmp):
             tokenizer_lib.train_tokenizer(_sentence_chunks(source, chunk_chars, sample),
                                           vocab_size, tmp, lowercase=lowercase,
                                           min_frequency=min_frequency)
-    logging.info("data: trained a %d-token WordPiece vocabulary in %.1f s -> %s",
-                 vocab_size, time.time() - t0, tok_dir)
+    console(f"data: trained the vocabulary in {time.time() - t0:.1f} s -> {tok_dir}")
     # Load what is in place: after a lost race that is the other builder's tokenizer.
     return tokenizer_lib.load_tokenizer(tok_dir), tok_dir
 
@@ -260,8 +262,8 @@ def build_pretraining_data(
         if loaded is None:
             raise InputPipelineError(f"data: {packed_dir} vanished right after its build")
     splits, meta = loaded
-    logging.info("data: %d train / %d eval sequences from %s (verified in %.1f s)",
-                 len(splits["train"]), len(splits["eval"]), packed_dir, time.time() - t0)
+    console(f"data: {len(splits['train'])} train / {len(splits['eval'])} eval sequences from "
+            f"{packed_dir} (verified in {time.time() - t0:.1f} s)")
     if mask_targets is not None:  # a bad pattern fails here, before any training
         target_mask(tokenizer_lib.vocab_list(tok), mask_targets)
     return PretrainingData(splits["train"], splits["eval"], tok, special, tok_dir, packed_dir,

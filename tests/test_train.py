@@ -5,6 +5,7 @@ test_multiprocess.py; refused resumes: test_workdir.py.)"""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -17,12 +18,13 @@ from training.pretrain import train_and_evaluate
 pytestmark = pytest.mark.slow  # every test pretrains or starts train.py
 
 
-def test_loss_falls_and_tensorboard_has_the_scalars(run_corpus, tmp_path):
-    text, cache = run_corpus
+def test_loss_falls_and_tensorboard_has_the_scalars(run_corpus, tmp_path, capsys):
+    text, _ = run_corpus
     workdir = str(tmp_path / "run")
-    config = tiny_run_config(text, cache, steps=60)
+    config = tiny_run_config(text, str(tmp_path / "cache"), steps=60)  # a cold cache
     final = train_and_evaluate(config, workdir)
     assert final["eval_loss"] < np.log(200) - 1.0  # well below uniform guessing
+    check_console(capsys.readouterr().out, workdir, final)
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -40,6 +42,32 @@ def test_loss_falls_and_tensorboard_has_the_scalars(run_corpus, tmp_path):
     assert eval_losses[-1].value < eval_losses[0].value - 0.5
     assert "config/text_summary" in events.Tags()["tensors"]
     assert os.path.exists(os.path.join(workdir, "final_metrics.json"))
+
+
+def check_console(out: str, workdir: str, final: dict) -> None:
+    """What a user reads: each step of the start (tokenizer, cache, compilation) is said
+    before the first step line; no ETA while the step time includes the compilation;
+    the run ends on where it stands, its files and the next commands."""
+    lines = out.splitlines()
+    start = [next(i for i, x in enumerate(lines) if re.match(pattern, x)) for pattern in (
+        "data: training a 200-token WordPiece vocabulary", "data: trained the vocabulary",
+        "data: tokenizing and packing", "data: packed ", r"data: \d+ train / \d+ eval",
+        "model multi_head", "compiling the train step; the first line comes at step 5",
+        "step 5/60")]
+    assert start == sorted(start), lines
+    assert re.search(r"\(first 5 steps with compilation: [\d.]+ s; ETA at the next line\)$",
+                     lines[start[-1]]), lines[start[-1]]
+    assert "ETA 00:00:" in next(x for x in lines if x.startswith("step 10/60"))
+    summary = lines[lines.index(next(x for x in lines if x.startswith("done: "))):]
+    assert summary[0].startswith("done: step 60/60 (steps 1-60 in 00:0")
+    assert summary[1] == "final metrics: " + " ".join(
+        f"{k}={final[k]:.4f}" for k in ("train_loss", "eval_loss", "eval_accuracy", "eval_perplexity"))
+    assert summary[2] == f"checkpoints: {workdir}/checkpoints (latest step 60, best eval_loss " \
+                         f"at step {summary[2].split()[-1][:-1]})"
+    assert f"tensorboard --logdir {workdir}" in summary[3]
+    assert summary[4] == f"final_metrics.json: {workdir}/final_metrics.json"
+    assert f"eval_glue.py --config configs/glue.py:task=rte --config.init_from={workdir}" \
+        in summary[6] and f"export_hf.py --workdir {workdir}" in summary[7]
 
 
 def run_train_py(workdir: str, args: list[str]) -> subprocess.CompletedProcess:

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
-from absl import logging
+
+from common.console import console  # noqa: F401  (re-exported: metrics.console)
 
 
 def flat_hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -61,18 +62,28 @@ class MetricWriter:
 
 
 class Progress:
-    """Console line: step, the given metrics, steps/s and the ETA."""
+    """Console line: step, the given metrics, steps/s and the ETA.
+
+    The first line's steps include compiling the step, so the rate (and the ETA) are
+    measured from the first line on, and shown from the second: an ETA from a window
+    that holds the compilation would be far too long."""
 
     def __init__(self, total_steps: int, first_step: int = 0):
         self.total = total_steps
         self.start_step, self.start_time = first_step, time.time()
+        self.since: tuple[int, float] | None = None  # (step, time) of the first line
 
     def line(self, step: int, values: Mapping[str, float]) -> str:
-        elapsed = time.time() - self.start_time
-        done = step - self.start_step
+        now = time.time()
+        shown = " ".join(f"{k}={v:.4g}" for k, v in values.items())
+        if self.since is None:
+            self.since = (step, now)
+            return (f"step {step}/{self.total} {shown} (first {step - self.start_step} steps "
+                    f"with compilation: {now - self.start_time:.1f} s; ETA at the next line)")
+        since_step, since_time = self.since
+        elapsed, done = now - since_time, step - since_step
         rate = done / elapsed if elapsed > 0 and done > 0 else math.nan
         eta = (self.total - step) / rate if rate == rate and rate > 0 else math.nan
-        shown = " ".join(f"{k}={v:.4g}" for k, v in values.items())
         eta_text = time.strftime("%H:%M:%S", time.gmtime(eta)) if eta == eta else "?"
         return f"step {step}/{self.total} {shown} ({rate:.2f} steps/s, ETA {eta_text})"
 
@@ -80,8 +91,3 @@ class Progress:
         console(self.line(step, values))
 
 
-def console(message: str) -> None:
-    """A line for the person watching (process 0 only); library INFO logs stay quiet."""
-    if jax.process_index() == 0:
-        print(message, flush=True)
-    logging.info("%s", message)

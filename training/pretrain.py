@@ -25,6 +25,7 @@ from models import BertForMaskedLM, ModelConfig
 from models.config import EXECUTION_FIELDS
 from models.flops import flop_count
 from training import checkpoints, hardware, metrics, results, sharding, steps, warm_start
+from training import workdir as workdir_lib
 from training.cli import Stopped
 from training.files import copy_file_atomic, write_json_atomic
 from training.optimizer import make_optimizer
@@ -208,13 +209,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     # A warm start's architecture (positions included) is its source's, checked once known.
     validate(config, warm=bool(config.init_from) or os.path.exists(
         os.path.join(workdir, warm_start.RECORD)))
-    os.makedirs(workdir, exist_ok=True)
-    with WorkdirLock(workdir):  # a second run on a live workdir is refused here
+    with workdir_lib.started(workdir), WorkdirLock(workdir):  # a live workdir: refused here
         return _train_and_evaluate(config, workdir)
 
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     is_main = jax.process_index() == 0
+    began = time.time()
 
     # -- mesh -----------------------------------------------------------------------
     mesh = sharding.make_mesh(dict(config.mesh))
@@ -345,7 +346,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     writer = metrics.MetricWriter(workdir)
     if start == 0:
         writer.write_config(run_config)
-    progress = metrics.Progress(config.num_train_steps, start)
     flops = flop_count(model_cfg, seq_len)
     step_flops = flops.train_step(config.batch_size * seq_len, config.batch_size * predictions)
     peak = config.peak_flops_per_device or hardware.peak_flops_per_device()
@@ -418,6 +418,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             writer.scalars(0, last_eval)
             metrics.console(f"eval at step 0 ({source.description}): "
                             + " ".join(f"{k}={v:.4f}" for k, v in last_eval.items()))
+    first_line = min(end, (start // config.log_every_steps + 1) * config.log_every_steps)
+    metrics.console(f"compiling the train step; the first line comes at step {first_line}")
+    progress = metrics.Progress(config.num_train_steps, start)
     try:
         with PreemptionFlag() as preemption:
             for step in range(start, end):
@@ -461,15 +464,50 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                     break
         final = results.FinalMetrics(end, last_train.get("loss"), dict(last_eval),
                                      skipped_nonfinite=read_health()["skipped"])
-        if is_main and end == config.num_train_steps and not preempted:
+        finished = end == config.num_train_steps
+        if is_main and finished and not preempted:
             final.write(workdir)
+        checkpointer.wait()  # the last save's metrics, for the summary's best step
+        best = checkpointer.best_step("eval_loss")
     finally:
         writer.close()
         checkpointer.close()
     if preempted:
         raise Stopped(f"{preemption.signal_name}: saved step {done}; rerun the same command "
                       f"to continue")
+    metrics.console(end_of_run(workdir, final, config, start, time.time() - began, best,
+                               finished))
     return final.to_json()
+
+
+def end_of_run(workdir: str, final: results.FinalMetrics, config: ml_collections.ConfigDict,
+               start: int, seconds: float, best: int | None, finished: bool) -> str:
+    """The lines a finished invocation ends on: where it stands, its numbers, where its
+    files are, and what to run next."""
+    workdir = os.path.normpath(workdir)
+    wall = time.strftime("%H:%M:%S", time.gmtime(seconds))
+    shown = {"train_loss": final.train_loss, **final.eval}
+    lines = [f"done: step {final.step}/{config.num_train_steps} (steps {start + 1}-{final.step} "
+             f"in {wall} wall, start-up included)",
+             "final metrics: " + (" ".join(f"{k}={v:.4f}" for k, v in shown.items()
+                                           if v is not None) or "none"),
+             f"checkpoints: {workdir}/checkpoints (latest step {final.step}"
+             + (f", best eval_loss at step {best})" if best is not None else ")"),
+             f"TensorBoard: tensorboard --logdir {workdir}"]
+    if not finished:
+        lines.append(f"stopped at step {final.step} of {config.num_train_steps} "
+                     f"(stop_after_steps={config.stop_after_steps}): rerun without it to "
+                     f"continue")
+        return "\n".join(lines)
+    lines += [f"final_metrics.json: {results.FinalMetrics.path(workdir)}",
+              "next:",
+              f"  python eval_glue.py --config configs/glue.py:task=rte "
+              f"--config.init_from={workdir} --workdir {workdir}_glue  "
+              f"# GLUE from the hub; --config.glue_dir=DIR reads local TSVs",
+              f"  python scripts/export_hf.py --workdir {workdir} --out {workdir}_hf",
+              f"  python scripts/fill_mask.py --workdir {workdir} \"Paris is the [MASK] of "
+              f"France.\""]
+    return "\n".join(lines)
 
 
 def nothing_to_train(workdir: str, start: int, config: ml_collections.ConfigDict

@@ -7,15 +7,47 @@ rerun. On several processes only process 0 locks (they share one workdir by desi
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import shutil
 import time
+from collections.abc import Iterator
 
 import jax
 
 
 class WorkdirBusy(ValueError):
     """Another live process holds the workdir."""
+
+
+class WorkdirError(ValueError):
+    """A --workdir that cannot be one."""
+
+
+@contextlib.contextmanager
+def started(workdir: str) -> Iterator[None]:
+    """Creates `workdir` for a run; when the run fails (any exception, signals included)
+    having made nothing in it but folders and the lock, removes it again, so a failed
+    start leaves no empty workdir that looks like a run. A workdir that existed before,
+    or that holds any file of the run (a checkpoint, a cached tokenizer), stays."""
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise WorkdirError(f"--workdir={workdir} is a file, not a directory")
+    existed = os.path.isdir(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if not existed and jax.process_index() == 0 and _only_folders_and_lock(workdir):
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
+
+
+def _only_folders_and_lock(workdir: str) -> bool:
+    for directory, _, files in os.walk(workdir):
+        if any(not (directory == workdir and name == WorkdirLock.NAME) for name in files):
+            return False
+    return True
 
 
 class WorkdirLock:
