@@ -20,7 +20,16 @@ from glue.hub import examples_from_hub, load_hub_split
 from glue.metrics import compute_metrics, glue_average, main_score, score_name
 from glue.readers import read_split, read_tsv, split_path
 from glue.submission import write_submission
-from glue.tasks import TASKS, Example, GlueDataError, GlueTask, get_task, is_labeled
+from glue.tasks import (
+    TASKS,
+    Example,
+    GlueDataError,
+    GlueTask,
+    get_task,
+    is_labeled,
+    is_task,
+    task_keys,
+)
 
 __all__ = [
     "TASKS",
@@ -31,6 +40,8 @@ __all__ = [
     "encode_examples",
     "examples_from_hub",
     "get_task",
+    "is_task",
+    "task_keys",
     "glue_average",
     "is_labeled",
     "load_hub_split",

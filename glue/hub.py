@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from common import hub
 from glue.tasks import Example, GlueDataError, GlueTask, get_task, is_labeled
 
 if TYPE_CHECKING:
@@ -35,13 +36,21 @@ def load_hub_split(
 
     task = get_task(task)
     task.check_split(split)
-    dataset = datasets.load_dataset(
-        HUB_DATASET,
-        task.hub_config,
-        split=task.hub_splits[split],
-        cache_dir=cache_dir,
-        revision=revision,
-    )
+    try:
+        with hub.quiet_retries():
+            dataset = datasets.load_dataset(
+                HUB_DATASET,
+                task.hub_config,
+                split=task.hub_splits[split],
+                cache_dir=cache_dir,
+                revision=revision,
+            )
+    except Exception as e:  # network, a revision or cache that does not hold it
+        hint = hub.unreachable_hint(e, "--config.glue_dir=DIR of the GLUE TSVs")
+        if not hint:
+            raise
+        raise GlueDataError(f"{HUB_DATASET}/{task.hub_config} split {task.hub_splits[split]!r}: "
+                            f"cannot load ({type(e).__name__}: {e}){hint}") from e
     return examples_from_hub(task, split, dataset)
 
 

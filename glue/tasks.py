@@ -293,5 +293,15 @@ def get_task(task: str | GlueTask) -> GlueTask:
         return task
     found = _BY_KEY.get(_key(task))
     if found is None:
-        raise ValueError(f"unknown GLUE task {task!r}; choose one of {tuple(TASKS)}")
+        raise ValueError(f"unknown GLUE task {task!r}; choose one of {', '.join(task_keys())}")
     return found
+
+
+def is_task(name: str) -> bool:
+    return _key(name) in _BY_KEY
+
+
+def task_keys() -> list[str]:
+    """The tasks as a config names them: cola, sst2, ..., stsb (any case, '-' and '_'
+    also work)."""
+    return list(_BY_KEY)

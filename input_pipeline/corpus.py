@@ -31,6 +31,8 @@ from typing import Any, Protocol
 
 from absl import logging
 
+from common import hub
+from common.console import console
 from input_pipeline import synthetic
 from input_pipeline.documents import (
     DEFAULT_CHUNK_CHARS,
@@ -254,12 +256,16 @@ class HubDataset:
     def dataset(self) -> Any:
         import datasets  # imported here: slow to import and only this corpus needs it
 
+        console(f"data: loading {self.describe()} from the Hugging Face hub or its cache "
+                f"(an unreachable hub is retried for about 25 s)...")
         try:
             # Arrow files are memory-mapped: iterating them does not load the dataset.
-            return datasets.load_dataset(self.name, self.config, split=self.split)
+            with hub.quiet_retries():
+                return datasets.load_dataset(self.name, self.config, split=self.split)
         except Exception as e:  # network, unknown name or config, bad split
+            hint = hub.unreachable_hint(e, "--config.data.corpus=FILES_OR_DIR")
             raise CorpusError(f"corpus: cannot load {self.describe()}: "
-                              f"{type(e).__name__}: {e}") from e
+                              f"{type(e).__name__}: {e}{hint}") from e
 
     def identity(self) -> str:
         # The fingerprint changes when the dataset's files do; loading an already

@@ -217,11 +217,12 @@ def expand_paths(paths: str | Sequence[str | os.PathLike]) -> list[Path]:
     (the caller raises if the corpus ends up empty).
     """
     out: list[Path] = []
+    empty_globs = []
     for item in split_spec(paths):
         if any(c in item for c in "*?["):
             matches = sorted(glob.glob(item, recursive=True))
             if not matches:
-                logging.warning("corpus: glob %s matches no files", item)
+                empty_globs.append(item)
             for m in matches:
                 out.extend(Path(f) for f in (_files_under(m) if os.path.isdir(m) else [m]))
         elif os.path.isdir(item):
@@ -230,4 +231,7 @@ def expand_paths(paths: str | Sequence[str | os.PathLike]) -> list[Path]:
             out.append(Path(item))
         else:
             raise CorpusError(f"corpus: no such file or directory: {item}")
+    if out:  # (with no file at all the caller's error says it; no warning before it)
+        for item in empty_globs:
+            logging.warning("corpus: glob %s matches no files", item)
     return list(dict.fromkeys(p.resolve() for p in out if p.is_file()))

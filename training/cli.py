@@ -54,9 +54,18 @@ def parse_flags(argv: list[str]) -> list[str]:
     except (AttributeError, KeyError) as e:
         # ml_collections' parser raises these (not flags.Error) for a --config.FIELD
         # that the config does not have.
-        field = str(e).strip("'\" ")
-        flag = _config_flag(argv, lambda name, value: name.split(".")[-1] == field)
-        fail(f"{flag or '--config.' + field}: the config has no such field", EXIT_USAGE)
+        # Their message (e.args[0], not str(e): a KeyError's str() is its repr, with
+        # literal \' and \n) is the field, then a line "Did you mean "X" instead of ...".
+        # (Some wrap such a repr in their own message: undo its escapes too.)
+        text = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
+        text = text.replace("\\n", "\n").replace("\\'", "'")
+        first, _, hint = text.strip().partition("\n")
+        field = first.strip("'\" ")
+        guess = re.search(r'Did you mean "([^"]+)"', hint)
+        suggestion = f' (did you mean "{guess.group(1)}"?)' if guess else ""
+        flag = _config_flag(argv, lambda name, value: field in name.split("."))
+        fail(f"{flag or '--config.' + field}: the config has no field {field}{suggestion}",
+             EXIT_USAGE)
     except (flags.Error, ValueError, TypeError) as e:
         # A config file that raised (configs/pretrain.py:ARGS) or a value that does not
         # parse: the underlying exception's own message, with the flag it came from.
@@ -90,7 +99,8 @@ def run(job: Callable[[], object]) -> None:
         print(e, flush=True)
         sys.exit(EXIT_STOPPED)
     except (ValueError, RuntimeError, OSError) as e:
-        logging.error("%s: %s", type(e).__name__, e)
+        # In the log only (INFO): on the console the error line below is the one message.
+        logging.info("%s: %s", type(e).__name__, e)
         print(f"error: {_describe(e)}", file=sys.stderr, flush=True)
         # Skip interpreter shutdown: library threads and tasks that died of the same
         # cause (a full disk under orbax's writers) would print their tracebacks after

@@ -31,6 +31,7 @@ import input_pipeline
 from glue import report
 from models import BertForSequenceClassification, BertModel, ModelConfig
 from training import checkpoints, metrics, results, sharding, steps
+from training import workdir as workdir_lib
 from training.checkpoints import CheckpointError
 from training.cli import Stopped
 from training.files import write_json_atomic
@@ -553,16 +554,19 @@ def read_predictions(path: str) -> np.ndarray:
 def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, Any]:
     """Every task of config.task on the mesh of config.mesh (over `devices`, default all)."""
     names = list(glue.TASKS) if str(config.task).lower() == "all" else str(config.task).split("/")
+    unknown = [name for name in names if not glue.is_task(name)]
+    if unknown:
+        raise ValueError(f"task={config.task}: unknown GLUE task {unknown[0]!r}; use all or a "
+                         f"list of {', '.join(glue.task_keys())} joined by '/'")
     tasks = [glue.get_task(name) for name in names]
     length_buckets(config.length_buckets, config.max_seq_length)  # a bad spec: fail first
     if config.save_model not in SAVE_MODEL:
         raise ValueError(f"save_model={config.save_model!r} is unknown; choose one of "
                          f"{', '.join(SAVE_MODEL)}")
-    os.makedirs(workdir, exist_ok=True)
     mesh_and_rules = make_mesh(config, devices)  # bad mesh or batch sizes: fail first
     # A second eval_glue.py on a live workdir is refused; a signal at any moment of the
     # run (reading data, fine-tuning, evaluating, writing) stops it resumably.
-    with WorkdirLock(workdir), PreemptionFlag() as preemption:
+    with workdir_lib.started(workdir), WorkdirLock(workdir), PreemptionFlag() as preemption:
         return _run(config, workdir, tasks, mesh_and_rules, preemption)
 
 
