@@ -17,7 +17,13 @@ import os
 
 from glue.encode import encode_examples, truncate_pair
 from glue.hub import examples_from_hub, load_hub_split
-from glue.metrics import compute_metrics, glue_average, main_score, score_name
+from glue.metrics import (
+    compute_metrics,
+    glue_average,
+    main_score,
+    majority_baseline,
+    score_name,
+)
 from glue.readers import read_split, read_tsv, split_path
 from glue.submission import write_submission
 from glue.tasks import (
@@ -47,6 +53,7 @@ __all__ = [
     "load_hub_split",
     "load_split",
     "main_score",
+    "majority_baseline",
     "read_split",
     "read_tsv",
     "score_name",

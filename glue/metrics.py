@@ -94,6 +94,21 @@ def _check_ids(task: GlueTask, ids: np.ndarray, what: str) -> None:
         )
 
 
+def majority_baseline(task: str | GlueTask, train_labels: np.ndarray,
+                      dev_labels: np.ndarray) -> float:
+    """The main dev score of a model that ignores its input: always the most frequent
+    training label (scikit-learn's DummyClassifier), or for STS-B the training mean
+    (DummyRegressor: no correlation, 0). A fine-tuned score at or below it learned
+    nothing that shows on dev."""
+    from sklearn.dummy import DummyClassifier, DummyRegressor
+
+    task = get_task(task)
+    dummy = DummyRegressor() if task.is_regression else DummyClassifier(strategy="most_frequent")
+    dummy.fit(np.zeros((len(train_labels), 1)), train_labels)
+    predictions = dummy.predict(np.zeros((len(dev_labels), 1)))
+    return main_score(task, compute_metrics(task, predictions, dev_labels))
+
+
 def main_score(task: str | GlueTask, metrics: Mapping[str, float]) -> float:
     """The task's headline number (see the module docstring) from `compute_metrics` output."""
     return metrics[get_task(task).main_metric]

@@ -28,7 +28,10 @@ def markdown_table(results: GlueResults, label: str) -> str:
         summary = results.tasks[task_name]
         for name, value in summary.main.items():
             columns.append(name)
-            cells[name] = f"{value:.1f} ± {summary.main_score(name).std:.1f}"
+            # One seed has no spread: "± 0.0" would claim one.
+            spread = f" ± {summary.main_score(name).std:.1f}" if len(summary.seeds) > 1 else ""
+            mark = MAJORITY_MARK if summary.at_or_below_majority(name) else ""
+            cells[name] = f"{value:.1f}{spread}{mark}"
             mains[name] = value
     try:
         average = f"{glue_average(mains):.1f}"
@@ -40,7 +43,27 @@ def markdown_table(results: GlueResults, label: str) -> str:
     header = "| model | " + " | ".join(columns) + f" | {average_name} |"
     rule = "|---" * (len(columns) + 2) + "|"
     row = f"| {label} | " + " | ".join(cells[c] for c in columns) + f" | {average} |"
-    return "\n".join([header, rule, row])
+    return "\n".join([header, rule, row, *footnotes(results)])
+
+
+MAJORITY_MARK = " †"
+
+
+def footnotes(results: GlueResults) -> list[str]:
+    """The lines under the table: single-seed tasks, and scores at or below the
+    majority-class baseline (the model learned nothing that shows on dev)."""
+    ordered = sorted(results.tasks, key=list(TASKS).index)
+    single = [t for t in ordered if len(results.tasks[t].seeds) == 1]
+    low = [f"{name} {results.tasks[t].main[name]:.1f} <= {results.tasks[t].majority[name]:.1f}"
+           for t in ordered for name in results.tasks[t].main
+           if results.tasks[t].at_or_below_majority(name)]
+    lines = []
+    if single:
+        lines.append(f"One fine-tuning seed (no spread): {', '.join(single)}.")
+    if low:
+        lines.append(f"†: at or below the majority-class baseline (always the most frequent "
+                     f"training label; STS-B: the training mean): {'; '.join(low)}.")
+    return [""] + lines if lines else []
 
 
 def write_markdown(workdir: str, results: GlueResults, label: str) -> str:

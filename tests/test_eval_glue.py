@@ -37,7 +37,8 @@ def glue_config(**overrides):
 
 
 @pytest.mark.slow
-def test_learnable_task_reaches_high_accuracy_and_writes_results(pretrained_workdir, tmp_path):
+def test_learnable_task_reaches_high_accuracy_and_writes_results(pretrained_workdir, tmp_path,
+                                                                 capsys):
     glue_dir = tmp_path / "glue"
     write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(0))
     workdir = str(tmp_path / "glue_run")
@@ -45,6 +46,17 @@ def test_learnable_task_reaches_high_accuracy_and_writes_results(pretrained_work
     results = finetune.run(config, workdir)
     summary = results["tasks"]["SST-2"]
     assert summary["main"]["SST-2"] > 90.0
+    train, dev = ([int(line.split("\t")[1]) for line in
+                   (glue_dir / "SST-2" / f"{split}.tsv").read_text().splitlines()[1:]]
+                  for split in ("train", "dev"))
+    majority = np.bincount(train).argmax()  # dev accuracy of always predicting it
+    assert summary["majority"]["SST-2"] == pytest.approx(100.0 * np.mean(np.equal(dev, majority)))
+    assert summary["majority"]["SST-2"] < summary["main"]["SST-2"]
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == (f"wrote {workdir}/results.json and {workdir}/results.md; GLUE "
+                           f"submission files in {workdir}/submission/; export a fine-tuned "
+                           f"model: python scripts/export_hf.py --workdir {workdir} --task sst2 "
+                           f"--out {workdir}_SST-2_hf")
     assert len(summary["scores"]["SST-2/accuracy"]["per_seed"]) == 2
     table = (tmp_path / "glue_run" / "results.md").read_text()
     assert "| SST-2 |" in table.splitlines()[2] or "SST-2" in table

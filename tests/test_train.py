@@ -61,7 +61,8 @@ def check_console(out: str, workdir: str, final: dict) -> None:
     summary = lines[lines.index(next(x for x in lines if x.startswith("done: "))):]
     assert summary[0].startswith("done: step 60/60 (steps 1-60 in 00:0")
     assert summary[1] == "final metrics: " + " ".join(
-        f"{k}={final[k]:.4f}" for k in ("train_loss", "eval_loss", "eval_accuracy", "eval_perplexity"))
+        f"{k}={final[k]:.4f}"
+        for k in ("train_loss", "eval_loss", "eval_accuracy", "eval_perplexity"))
     assert summary[2] == f"checkpoints: {workdir}/checkpoints (latest step 60, best eval_loss " \
                          f"at step {summary[2].split()[-1][:-1]})"
     assert f"tensorboard --logdir {workdir}" in summary[3]

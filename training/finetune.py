@@ -522,7 +522,10 @@ def run_task(task: glue.GlueTask, pretrained: Pretrained, config, workdir: str,
             metrics.console(f"{task.name} [{len(runs)}/{total}] lr={lr:g} seed={seed}: "
                             + " ".join(f"{s}:{glue.main_score(task, m):.2f}"
                                        for s, m in result["dev"].items()))
-    summary = results.TaskSummary.from_runs(task, [results.RunResult.from_json(r) for r in runs])
+    majority = {glue.score_name(task, split): glue.majority_baseline(
+        task, data["train"]["labels"], data[split]["labels"]) for split in task.dev_splits}
+    summary = results.TaskSummary.from_runs(task, [results.RunResult.from_json(r) for r in runs],
+                                            majority)
     if config.save_model == "best" and jax.process_index() == 0:
         prune_fine_tuned(task, summary, config, workdir)
     if config.write_test_predictions:
@@ -598,7 +601,24 @@ def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list,
     label = f"{pretrained.model_config.attention} ({pretrained.model_config.size})"
     suite.write(workdir)
     metrics.console(report.write_markdown(workdir, suite, label))
+    metrics.console(where_results_went(workdir, suite, config))
     return suite.to_json()
+
+
+def where_results_went(workdir: str, suite: results.GlueResults, config) -> str:
+    """The line after the table: the files written, and how to export a model."""
+    workdir = os.path.normpath(workdir)
+    line = f"wrote {os.path.join(workdir, results.GLUE_RESULTS)} and " \
+           f"{os.path.join(workdir, results.GLUE_MARKDOWN)}"
+    submission = os.path.join(workdir, "submission")
+    if os.path.isdir(submission):
+        line += f"; GLUE submission files in {submission}/"
+    if config.save_model != "none" and suite.tasks:
+        task = next(iter(suite.tasks))
+        line += (f"; export a fine-tuned model: python scripts/export_hf.py --workdir "
+                 f"{workdir} --task {glue.get_task(task).name.lower().replace('-', '')} "
+                 f"--out {workdir}_{task}_hf")
+    return line
 
 
 def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None:

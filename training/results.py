@@ -230,9 +230,13 @@ class TaskSummary:
     main: dict[str, float]  # score name (SST-2, MNLI-m, MNLI-mm) -> mean main score
     learning_rate_means: dict[str, float]  # str(lr) -> mean main score over seeds
     best_run: int  # the seed of the best run at the best learning rate
+    # score name -> main dev score of always predicting the majority training label
+    # (glue.metrics.majority_baseline); empty in files written before it was recorded
+    majority: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def from_runs(cls, task: Any, runs: list[RunResult]) -> TaskSummary:
+    def from_runs(cls, task: Any, runs: list[RunResult],
+                  majority: dict[str, float] | None = None) -> TaskSummary:
         """`task`: a glue.GlueTask. Learning rates are ranked by their mean main score;
         ties go to the one run first."""
         import glue
@@ -257,6 +261,7 @@ class TaskSummary:
             learning_rate_means={str(lr): _mean([r.main for r in rs])
                                  for lr, rs in sorted(by_lr.items())},
             best_run=max(best, key=lambda r: r.main).seed,
+            majority=dict(majority or {}),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -264,9 +269,13 @@ class TaskSummary:
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> TaskSummary:
-        fields = {f.name: value[f.name] for f in dataclasses.fields(cls)}
+        fields = {f.name: value[f.name] for f in dataclasses.fields(cls)
+                  if f.name in value or f.default_factory is dataclasses.MISSING}
         fields["scores"] = {k: Score(**v) for k, v in value["scores"].items()}
         return cls(**fields)
+
+    def at_or_below_majority(self, name: str) -> bool:
+        return name in self.majority and self.main[name] <= self.majority[name] + 1e-9
 
     def learning_rates(self) -> set[float]:
         return {float(lr) for lr in self.learning_rate_means}
