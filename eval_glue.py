@@ -20,11 +20,15 @@ from training import cli
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "configs/glue.py[:ARGS]", lock_config=True)
 flags.DEFINE_string("workdir", None, "output directory for runs, results and submissions")
-flags.mark_flags_as_required(["config", "workdir"])
+flags.mark_flags_as_required(["config"])  # --workdir too, unless --print_config
+cli.define_print_config()
+flags.declare_key_flag("print_config")  # listed by --help under this file
 
 
 def main(argv: list[str]) -> None:
     del argv
+    cli.maybe_print_config(FLAGS.config)  # --print_config: the config, then exit 0
+    cli.require_workdir(FLAGS.workdir)
     if FLAGS["verbosity"].present == 0:
         logging.set_verbosity(logging.WARNING)  # keep the console to our progress lines
     from training.finetune import run

@@ -23,7 +23,9 @@ from training import cli
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "configs/pretrain.py[:ARGS]", lock_config=True)
 flags.DEFINE_string("workdir", None, "run directory: checkpoints, TensorBoard events, tokenizer")
-flags.mark_flags_as_required(["config", "workdir"])
+flags.mark_flags_as_required(["config"])  # --workdir too, unless --print_config
+cli.define_print_config()
+flags.declare_key_flag("print_config")  # listed by --help under this file
 
 
 def maybe_initialize_distributed() -> None:
@@ -47,6 +49,8 @@ def maybe_initialize_distributed() -> None:
 
 def main(argv: list[str]) -> None:
     del argv
+    cli.maybe_print_config(FLAGS.config)  # --print_config: the config, then exit 0
+    cli.require_workdir(FLAGS.workdir)
     if FLAGS["verbosity"].present == 0:
         # Orbax and JAX log every step at INFO; keep the console to our progress lines.
         logging.set_verbosity(logging.WARNING)

@@ -177,3 +177,24 @@ def test_an_unreachable_hub_is_one_warning_free_error_that_says_what_to_do(monke
     with pytest.raises(glue.GlueDataError, match=r"nyu-mll/glue/sst2 split 'train': cannot "
                                                  r"load .*--config.glue_dir=DIR"):
         glue.load_hub_split("sst2", "train")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script,config", [("train.py", "configs/pretrain.py:size=micro"),
+                                           ("eval_glue.py", "configs/glue.py:task=rte")])
+def test_help_exits_zero_and_print_config_shows_the_resolved_config(script, config):
+    """--help exited 1 and said nothing about the config; --print_config prints it with
+    the overrides applied, needs no --workdir, writes nothing and exits 0."""
+    helped = subprocess.run([sys.executable, script, "--help"], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert helped.returncode == 0 and "--print_config" in helped.stdout, helped.stderr
+    printed = subprocess.run([sys.executable, script, "--config", config, "--print_config",
+                              "--config.batch_size=24"], cwd=REPO, capture_output=True,
+                             text=True, timeout=300)
+    assert printed.returncode == 0, printed.stderr
+    assert "batch_size: 24\n" in printed.stdout and "max_seq_length: " in printed.stdout
+    missing = subprocess.run([sys.executable, script, "--config", config], cwd=REPO,
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == ("error: --workdir is required: the run's directory "
+                                      "(--print_config needs none)")

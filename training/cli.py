@@ -47,8 +47,38 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+HELP_FLAGS = ("--help", "-help", "-h", "--helpshort", "--helpfull", "-?")
+
+
+def define_print_config() -> None:
+    flags.DEFINE_bool("print_config", False, "print the resolved config (the config file "
+                      "with its ARGS and every --config.FIELD=VALUE applied) and exit; "
+                      "the config file's comments say what each field does")
+
+
+def maybe_print_config(config) -> None:
+    if flags.FLAGS.print_config:
+        print(config, end="", flush=True)
+        sys.exit(0)
+
+
+def require_workdir(workdir: str | None) -> None:
+    if not workdir:
+        fail("--workdir is required: the run's directory (--print_config needs none)",
+             EXIT_USAGE)
+
+
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parser with one error line instead of tracebacks."""
+    """absl's flag parser with one error line instead of tracebacks; --help exits 0
+    (absl's exits 1) and points at --print_config for the config's fields."""
+    if any(arg in HELP_FLAGS for arg in argv[1:]):
+        try:
+            flags.FLAGS(argv)
+        except SystemExit:
+            pass
+        print("\nThe config's fields, resolved: add --print_config (and --config FILE[:ARGS] "
+              "with any --config.FIELD=VALUE).", flush=True)
+        sys.exit(0)
     try:
         return flags.FLAGS(argv)
     except (AttributeError, KeyError) as e:
