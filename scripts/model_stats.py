@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
+import numpy as np
+from absl import app, flags, logging
 
 from configs import grids
 from configs import model as model_configs
@@ -39,11 +40,20 @@ def row_line(name: str, cfg: ModelConfig, seq_len: int, reported: dict) -> str:
     return (f"| {name} | {cfg.num_layers} | {cfg.hidden_size} | {cfg.num_heads} | "
             f"{cfg.head_key_size} | {cfg.head_value_size} | {cfg.attention} | "
             f"{encoder / 1e6:.1f}M | {paper} | {head / 1e6:.2f}M | "
-            f"{flops.encoder_per_token / 1e9:.3f} |")
+            f"{significant(flops.encoder_per_token / 1e9)} |")
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """`digits` significant figures, without an exponent: a small row's 7.1e-6 GFLOPs is
+    0.0000071, not 0.000."""
+    return np.format_float_positional(value, precision=digits, unique=False,
+                                      fractional=False, trim="-")
 
 
 def main(argv: list[str]) -> None:
     del argv
+    if FLAGS["verbosity"].present == 0:
+        logging.set_verbosity(logging.WARNING)  # JAX's backend notes, not rows of the table
     header = (f"| row | L | D | heads | key | value | attention | params (no MLM head) | paper | "
               f"MLM head | GFLOPs/token fwd (n={FLAGS.seq_len}) |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|")
