@@ -153,6 +153,17 @@ GRIDS: dict[str, list[Row]] = {**_lowrank_rows(), **_talking_heads_rows(), **_cp
                                **_synthetic_rows(), **_text_rows()}
 ROWS: dict[str, Row] = {row.name: row for rows in GRIDS.values() for row in rows}
 
+# The GLUE protocol of the CPU-scale grids (configs/glue.py args; the study scripts
+# scripts/cpu_study.sh and text_study.sh pass the same): scripts/sweep.py uses it when
+# --glue_args is not given. Without it a CPU grid's fine-tuning would run the papers'
+# full protocol (4 learning rates x 3 seeds x 3 epochs of every example at 128 tokens).
+GLUE_PROTOCOLS: dict[str, str] = {
+    "talking_heads_cpu": "seeds=3,lr=2e-4,epochs=1,max_train=2000,seq_len=64",
+    "key_size_cpu": "seeds=3,lr=2e-4,epochs=1,max_train=2000,seq_len=64",
+    "text_small": "seeds=3,lr=3e-4,epochs=2,max_train=4000,seq_len=64",
+    "classifier_question": "seeds=3,lr=3e-4,epochs=2,max_train=4000,seq_len=64",
+}
+
 # The comparisons a grid was built for, as (A, B) row pairs that scripts/tables.py tests
 # (B - A) unless --pairs or --baseline says otherwise. Grids without an entry get
 # tables.py's default (multi-head vs the other attentions at an equal model), which

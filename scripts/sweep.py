@@ -514,7 +514,7 @@ def settings_from_flags() -> tuple[str, list[grids.Row], Settings, list[str]]:
     settings = Settings(
         out=out, pretrain_args=FLAGS.pretrain_args,
         pretrain_overrides=tuple(map(sweep_grids.normalize_override, FLAGS.pretrain_overrides)),
-        glue_tasks=tuple(tasks), glue_args=FLAGS.glue_args,
+        glue_tasks=tuple(tasks), glue_args=FLAGS.glue_args or grids.GLUE_PROTOCOLS.get(label, ""),
         glue_overrides=tuple(map(sweep_grids.normalize_override, FLAGS.glue_overrides)),
         glue_dir=glue_dir, seeds=parse_seeds(FLAGS.seeds), jax_cache=cache)
     return label, rows, settings, left_out
@@ -532,9 +532,16 @@ def main(argv: list[str]) -> None:
     if left_out:
         print(f"glue_tasks=all: {', '.join(left_out)} left out ({settings.glue_dir} "
               f"lacks their train/dev files)")
-    steps = sum(1 + len(r.glue) for r in runs)
-    print(f"sweep {label}: {len(rows)} rows x {len(settings.seeds)} seed(s) = {len(runs)} runs, "
-          f"{steps} steps; GLUE: {', '.join(settings.glue_tasks) or 'none'}")
+    pretraining = sum(not r.row.pretrained_by for r in runs)
+    fine_tuning = sum(len(r.glue) for r in runs)
+    print(f"sweep {label}: {len(rows)} rows x {len(settings.seeds)} seed(s) = {len(runs)} runs: "
+          f"{pretraining + fine_tuning} jobs ({pretraining} pretraining, {fine_tuning} GLUE "
+          f"fine-tuning, each over its learning rates and seeds); GLUE: "
+          f"{', '.join(settings.glue_tasks) or 'none'}")
+    if settings.glue_tasks and not FLAGS.glue_args:
+        print(f"GLUE args: {settings.glue_args} (the grid's own protocol, --glue_args replaces "
+              f"it)" if settings.glue_args else "GLUE args: none given, so configs/glue.py's "
+              "full protocol (4 learning rates x 3 seeds x 3 epochs); --glue_args for less")
     if FLAGS.dry_run:
         print_stats(runs, settings)
         print_commands(runs, FLAGS.python)

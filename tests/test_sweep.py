@@ -40,6 +40,26 @@ def test_dry_run_prints_the_papers_parameter_counts_and_commands_and_writes_noth
     assert commands[1][1:4] == ["eval_glue.py", "--config", "configs/glue.py:task=MNLI"]
     assert f"--config.init_from={out / 'lowrank_2a_h8' / 'pretrain'}" in commands[1]
     assert not out.exists()
+    # Jobs, not "steps" (it said "8 steps"), and which GLUE protocol the commands run.
+    assert lines[0] == ("sweep lowrank_table2a: 4 rows x 1 seed(s) = 4 runs: 8 jobs (4 "
+                        "pretraining, 4 GLUE fine-tuning, each over its learning rates and "
+                        "seeds); GLUE: MNLI")
+    assert lines[1].startswith("GLUE args: none given, so configs/glue.py's full protocol")
+
+
+def test_a_cpu_grid_fine_tunes_with_its_own_protocol_unless_told_otherwise(tmp_path):
+    """The printed GLUE commands of a CPU grid ran the papers' full protocol."""
+    def glue_commands(extra):
+        result = run_script("sweep.py", ["--grid=talking_heads_cpu", f"--out={tmp_path}",
+                                         "--dry_run", "--glue_tasks=sst2", *extra])
+        assert result.returncode == 0, result.stderr
+        return [x for x in result.stdout.splitlines() if x.startswith(sys.executable)
+                and "eval_glue.py" in x]
+
+    protocol = grids.GLUE_PROTOCOLS["talking_heads_cpu"]
+    assert all(f"configs/glue.py:task=SST-2,{protocol} " in x for x in glue_commands([]))
+    given = glue_commands(["--glue_args=seeds=5"])
+    assert given and all("configs/glue.py:task=SST-2,seeds=5 " in x for x in given)
 
 
 def script_commands(path: str) -> list[list[str]]:
