@@ -705,9 +705,25 @@ def plot_lines(results: list[RowResult], x_name: str
     return lines
 
 
-def plot_scores(table: Table, x_name: str, path: str) -> bool:
+def axis_label(metric: Metric) -> tuple[str, bool]:
+    """(the y axis's label with its unit, whether the value is a percentage-like score
+    whose axis ends at 100)."""
+    if metric.kind == "mlm":
+        return (("MLM eval loss (nats per masked token)", False) if metric.key == "eval_loss"
+                else ("MLM eval accuracy (%)", True))
+    if metric.kind == "steps_to":
+        return "pretraining steps", False
+    if metric.kind == "average":
+        return "average dev score (x100)", True
+    task = glue.get_task(metric.key.split("-m")[0])
+    unit = "%" if task.main_metric in ("accuracy", "f1") else "x100"
+    return f"dev {task.main_metric} ({unit})", True
+
+
+def score_figure(table: Table, x_name: str):
     """Score vs x (heads, key size, or lr: the fine-tuning learning rate), one line per
-    group of otherwise equal rows (plot_lines)."""
+    group of otherwise equal rows (plot_lines); None when nothing has two points. One
+    legend for all panels, below them, so that it covers no data."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -718,10 +734,11 @@ def plot_scores(table: Table, x_name: str, path: str) -> bool:
     lines = plot_lines(table.results, x_name)
     # A group with one x (e.g. the fixed head size row among key sizes) shows as a point.
     if not shown or all(len({x for x, _ in pts}) < 2 for pts in lines.values()):
-        return False
+        return None
     columns = min(4, len(shown))
     rows = -(-len(shown) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.4 * rows + 0.3 * len(lines)),
+                             squeeze=False)
     for ax in axes.flat[len(shown):]:
         ax.set_visible(False)
     xs = sorted({x for points in lines.values() for x, _ in points})
@@ -740,9 +757,25 @@ def plot_scores(table: Table, x_name: str, path: str) -> bool:
         ax.minorticks_off()
         ax.set_xlabel({"heads": "heads", "lr": "fine-tuning learning rate"}.get(
             x_name, "key size per head"))
+        label, percent = axis_label(metric)
+        ax.set_ylabel(label)
+        if percent and ax.get_ylim()[1] > 100:
+            ax.set_ylim(top=100)  # no score lies above it
         ax.set_title(metric.name)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    legend_rows = -(-len(labels) // 3)
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.3 * legend_rows / fig.get_figheight(), 1, 1))
+    return fig
+
+
+def plot_scores(table: Table, x_name: str, path: str) -> bool:
+    import matplotlib.pyplot as plt
+
+    fig = score_figure(table, x_name)
+    if fig is None:
+        return False
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
@@ -785,10 +818,14 @@ def plot_loss_curves(results: list[RowResult], path: str) -> bool:
         return False
     for ax, title in zip(axes, ("MLM train loss", "MLM eval loss"), strict=True):
         ax.set_xlabel("step")
+        ax.set_ylabel("loss (nats per masked token)")
         ax.set_title(title)
-        ax.legend(fontsize=7)
+    # One legend beside the panels: inside them it covered the curves' early steps.
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7,
+               frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # the legend outside included
     plt.close(fig)
     return True
 

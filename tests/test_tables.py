@@ -287,3 +287,30 @@ def test_out_that_is_not_a_sweep_gets_a_table_or_one_line_naming_the_layout(tmp_
         assert line.startswith(f"error: --out={folder}") and says in line, line
         assert "OUT/ROW/pretrain" in line  # the layout tables.py reads
         assert not (folder / "table.csv").exists()
+
+
+def test_plots_label_their_units_keep_the_legend_off_the_data_and_end_scores_at_100(tmp_path):
+    """The y axes had no label, the legend sat on the first panel's points, and an
+    accuracy axis with error bars near the top ran past 100."""
+    from scripts import tables
+
+    out = tmp_path / "sweep"
+    for i, row in enumerate(["th_cpu_mh_h4", "th_cpu_th_h4", "th_cpu_mh_h8", "th_cpu_th_h8"]):
+        for seed in (0, 1):
+            fake_run(out / row / f"seed{seed}", f"row={row}", seed, 3.0 - 0.1 * i,
+                     {"sst2": {3e-5: dict.fromkeys((0, 1), 99.9 - 6 * seed)},
+                      "cola": {3e-5: {0: 40.0}}})
+    table = tables.collect(str(out), "talking_heads_cpu")
+    figure = tables.score_figure(table, "heads")
+    panels = {ax.get_title(): ax for ax in figure.axes if ax.get_visible()}
+    assert panels["MLM loss"].get_ylabel() == "MLM eval loss (nats per masked token)"
+    assert panels["SST-2"].get_ylabel() == "dev accuracy (%)"
+    assert panels["CoLA"].get_ylabel() == "dev mcc (x100)"
+    assert panels["SST-2"].get_ylim()[1] == 100
+    assert all(ax.get_legend() is None for ax in figure.axes)  # one legend, the figure's
+    (legend,) = figure.legends
+    assert sorted(t.get_text() for t in legend.get_texts()) == [
+        "multi_head, key d/h", "talking_heads, key d/h"]
+    legend_top = legend.get_window_extent().y1
+    figure.canvas.draw()
+    assert all(ax.get_window_extent().y0 >= legend_top - 1 for ax in panels.values())
