@@ -3,7 +3,7 @@
   python scripts/benchmark.py --config configs/pretrain.py:size=base --batch 8 --seq_len 128
   python scripts/benchmark.py --config configs/pretrain.py:size=base --batch 8 --seq_len 128 \
       --compare attention=talking_heads --steps 15 --json th_vs_mh.json
-  /tmp/hfvenv/bin/python scripts/benchmark.py --config configs/pretrain.py:size=base \
+  PYTHONPATH=. /tmp/hfvenv/bin/python scripts/benchmark.py --config configs/pretrain.py:size=base \
       --batch 8 --seq_len 128 --vs_hf --dense_mlm --markdown perf.md
 
 What is timed is the real jitted train step (training/steps.py with the
