@@ -117,15 +117,18 @@ def test_workdir_of_a_different_checkpoint_is_refused(pretrained_workdir, tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("grouped", [False, True])
 def test_preempted_fine_tuning_resumes_to_the_same_result(pretrained_workdir, tmp_path,
-                                                          monkeypatch):
+                                                          monkeypatch, grouped):
+    """In length buckets (16/24/32 here), with batches grouped by length or not."""
     import glue
     from training import preemption
 
     glue_dir = tmp_path / "glue"
     write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(2))
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
-                         max_train_examples=96, log_every_steps=1, dropout_rate=0.1)
+                         max_train_examples=96, log_every_steps=1, dropout_rate=0.1,
+                         max_seq_length=32, group_by_length=grouped)
     pretrained = finetune.load_pretrained(config)
     task = glue.get_task("sst2")
     data = finetune.load_task_data(task, config, pretrained.tokenizer)
