@@ -1,0 +1,103 @@
+"""Does a config's train step fit a TPU slice? Compiled ahead of time on this CPU host.
+
+  python scripts/fit_check.py --config configs/pretrain.py:size=base,batch=256 --topology v4-8
+  python scripts/fit_check.py --config configs/pretrain.py:row=lowrank_2a_h8,batch=256 \
+      --topology v5e-16 --mesh data=4,fsdp=4
+  python scripts/fit_check.py --config configs/pretrain.py:size=base --topology h100-8
+
+Prints per chip: the arguments, outputs, temporaries and peak of XLA's memory plan
+against the chip's HBM, XLA's FLOPs beside the analytic count, bytes accessed, the
+collectives by kind with their bytes, and a roofline step time and MFU. Exits 1 when
+the step does not fit, naming the bytes missing and the largest batch that fits (found
+by compiling at halved batches). Needs libtpu for TPU slices: pip install -e ".[tpu-plan]"
+(training/fit_check.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The command line's flags, defined when run as a script only (see
+    tests/test_scripts_import.py)."""
+    config_flags.DEFINE_config_file("config", None, "configs/pretrain.py[:ARGS]",
+                                    lock_config=False)
+    flags.DEFINE_string("topology", None, "v4-N, v5p-N (N cores), v5e-N, v6e-N (N chips), "
+                        "h100-N, h200-N, cpu-N")
+    flags.DEFINE_string("mesh", None, "e.g. data=2,fsdp=4,tensor=1 (default: the config's)")
+    flags.DEFINE_bool("search", True, "when it does not fit: compile at halved batch sizes "
+                      "and report the largest that fits")
+    flags.mark_flags_as_required(["config", "topology"])
+
+
+def parse_mesh(spec: str) -> dict[str, int]:
+    mesh = {}
+    for part in spec.split(","):
+        name, sep, value = part.partition("=")
+        if not sep or not value.lstrip("-").isdigit():
+            raise ValueError(f"--mesh={spec}: use AXIS=N,... over data, fsdp, tensor")
+        mesh[name.strip()] = int(value)
+    return mesh
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    if FLAGS["verbosity"].present == 0:
+        logging.set_verbosity(logging.WARNING)
+    from training import fit_check
+
+    try:
+        topology = fit_check.parse_topology(FLAGS.topology)
+        fit_check.prepare_environment(topology)  # before JAX starts a backend
+        config = FLAGS.config
+        if FLAGS.mesh:
+            config.mesh.update({"data": 1, "fsdp": 1, "tensor": 1} | parse_mesh(FLAGS.mesh))
+        start = time.perf_counter()
+        report = fit_check.check(config, topology)
+        print("\n".join(report.lines()))
+        print(f"(compiled in {time.perf_counter() - start:.0f} s on this host)", flush=True)
+        if report.fits:
+            return
+        if FLAGS.search:
+            found = largest_fitting_batch(config, topology, fit_check)
+            print(f"largest batch that fits this mesh: batch_size={found}" if found else
+                  "no batch fits this mesh: shard the parameters (--mesh fsdp=N) or use a "
+                  "larger slice")
+        sys.exit(1)
+    except ValueError as e:  # bad topology, mesh or config: one line
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def largest_fitting_batch(config, topology, fit_check) -> int | None:
+    from training import sharding
+
+    divisor = sharding.batch_divisor(
+        sharding.make_mesh(dict(config.mesh), fit_check.devices(topology)),
+        sharding.rules_from_config(config.logical_axis_rules)) * config.grad_accum_steps
+    batch = config.batch_size // 2
+    while batch >= divisor:
+        batch -= batch % divisor
+        config.batch_size = batch
+        report = fit_check.check(config, topology)
+        print(f"  batch_size={batch}: peak {report.peak / fit_check.GiB:.2f} GiB "
+              f"({'fits' if report.fits else 'does not fit'})", flush=True)
+        if report.fits:
+            return batch
+        batch //= 2
+    return None
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

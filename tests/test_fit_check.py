@@ -1,0 +1,95 @@
+"""training/fit_check.py: the real train step compiled for a TPU slice on this CPU host
+(libtpu, installed by .ci/run through the tpu-plan extra), checked against the analytic
+FLOP count and the bytes the sharding puts on each chip; the collectives and topology
+parsing without libtpu."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO
+
+from training import fit_check
+
+TPU_CHECK = """
+import json, sys
+from configs import pretrain
+from training import fit_check
+topology = fit_check.parse_topology(sys.argv[1])
+fit_check.prepare_environment(topology)
+config = pretrain.get_config(sys.argv[2])
+config.mesh.update(json.loads(sys.argv[3]))
+plan = fit_check.plan_step(config, topology)
+report = fit_check.check(config, topology)
+import jax, numpy as np
+ours = sorted((np.dtype(leaf.dtype).name, list(leaf.sharding.shard_shape(leaf.shape)))
+              for leaf in jax.tree.leaves((plan.abstract_state, plan.abstract_batch)))
+kinds = {"f32": "float32", "s32": "int32", "u16": "uint16", "s8": "int8", "u32": "uint32"}
+xla = sorted((kinds[k], list(shape)) for k, shape in
+             fit_check.entry_parameters(plan.lowered.compile().as_text()))
+print(json.dumps({"arguments": report.arguments, "unpadded": report.unpadded_arguments,
+                  "xla_flops": report.xla_flops, "analytic_flops": report.analytic_flops,
+                  "fits": report.fits, "state_bytes": fit_check.shard_bytes(plan.abstract_state),
+                  "ours": ours, "xla": xla,
+                  "mesh": report.mesh_shape, "collectives": report.collectives}))
+"""
+
+
+def run_check(topology: str, args: str, mesh: dict) -> dict:
+    """In a fresh process: JAX_PLATFORMS and libtpu's environment are set before JAX
+    starts (conftest's 8 fake CPU devices must not leak in)."""
+    import json
+
+    pytest.importorskip("libtpu", reason='pip install -e ".[tpu-plan]"')
+    done = subprocess.run([sys.executable, "-c", TPU_CHECK, topology, args, json.dumps(mesh)],
+                          cwd=REPO,
+                          capture_output=True, text=True, timeout=900,
+                          env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(
+                              [str(REPO), *sys.path[1:]])})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_small_row_compiled_for_a_v4_slice_matches_the_analytic_count_and_its_bytes():
+    """One layer of width 256 at batch 64 x 128 on a v4-8 (4 chips), data parallel, then
+    fsdp=4: XLA's FLOPs per chip within 15% of models/flops.py's count (the rest is
+    masking, softmax, layer norms and AdamW), and the arguments exactly the state and
+    batch under our sharding: every array the compiled step takes has the shard shape
+    our NamedShardings give (jit drops unused arguments: only a scalar may be missing),
+    and XLA's argument bytes are those plus TPU tile padding (under 10%)."""
+    state = {}
+    for mesh in ({}, {"data": 1, "fsdp": 4}):
+        got = run_check("v4-8", "size=mini,layers=1,batch=64", mesh)
+        assert got["fits"]
+        assert got["xla_flops"] == pytest.approx(got["analytic_flops"], rel=0.15)
+        ours, xla = [tuple(map(str, x)) for x in got["ours"]], [tuple(map(str, x))
+                                                                for x in got["xla"]]
+        missing = [x for x in ours if x not in xla or ours.count(x) > xla.count(x)]
+        assert set(xla) <= set(ours) and all(shape == "[]" for _, shape in set(missing))
+        assert 0 <= got["arguments"] - got["unpadded"] < 0.1 * got["arguments"]
+        assert got["collectives"]["all-reduce"][0] >= 1  # the gradients' reduction
+        state[got["mesh"]["fsdp"]] = got["state_bytes"]
+    # fsdp=4 splits the state four ways, but for the few arrays without an embed axis
+    assert state[1] / 4 <= state[4] < state[1] / 4 * 1.01
+
+
+def test_topology_names_and_collective_bytes_are_read_without_libtpu():
+    v4 = fit_check.parse_topology("v4-32")
+    assert (v4.chips, v4.libtpu_name, v4.chip_config) == (16, "v4:2x2x4", "megacore")
+    assert fit_check.parse_topology("v5e-16").libtpu_name == "v5e:4x4"
+    assert fit_check.parse_topology("h100-8").libtpu_name is None
+    with pytest.raises(fit_check.FitCheckError, match="v4 slices have 8, 16"):
+        fit_check.parse_topology("v4-12")
+    hlo = """
+  %all-reduce = f32[]{:T(128)} all-reduce(%a), channel_id=1, to_apply=%sum
+  %all-reduce.1 = (f32[1024,256]{1,0:T(8,128)}, bf16[8]{0}) all-reduce(%b, %c), to_apply=%sum
+  %all-gather-start = (f32[4]{0}, f32[16]{0}) all-gather-start(%d), dimensions={0}
+  %all-gather-done = f32[16]{0} all-gather-done(%all-gather-start)
+  %fusion = f32[8]{0} fusion(%all-reduce), kind=kLoop
+"""
+    assert fit_check.collectives(hlo) == {
+        "all-gather": (1, 4 * 4 + 16 * 4), "all-reduce": (2, 4 + 1024 * 256 * 4 + 8 * 2)}

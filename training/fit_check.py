@@ -1,0 +1,351 @@
+"""Does a config's train step fit a TPU slice, and how fast should it be? Answered on a
+CPU host, with nothing allocated: the exact jitted step train.py runs (compile_for_mesh:
+the same shardings, donation, optimizer, masking on the device, remat setting) is
+compiled ahead of time for the slice's topology through libtpu, and XLA's own
+memory_analysis() and cost_analysis() are read from it. An out-of-memory shows here, at
+compile time, not after a queue for a pod (MaxText's train_compile.py does the same).
+
+GPUs: libtpu cannot compile for them; `cpu-N` compiles on N host devices for the
+sharding plan and the collectives, and time and memory then come from the analytic
+model with the GPU's figures (an estimate, said so in the report).
+
+Needs libtpu (`pip install -e ".[tpu-plan]"`); it must be told there is no TPU host
+(TPU_ACCELERATOR_TYPE, TPU_WORKER_HOSTNAMES), which prepare_environment does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from typing import Any
+
+import numpy as np
+
+GiB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    name: str
+    hbm_bytes: float  # per chip
+    peak_bf16_flops: float  # dense, per chip
+    hbm_bytes_per_s: float
+    source: str
+
+
+# Per chip, from the vendors' pages (dense bf16; HBM as sold).
+CHIPS = {
+    "v4": Chip("TPU v4", 32 * GiB, 275e12, 1228e9, "cloud.google.com/tpu/docs/v4"),
+    "v5e": Chip("TPU v5e", 16 * GiB, 197e12, 819e9, "cloud.google.com/tpu/docs/v5e"),
+    "v5p": Chip("TPU v5p", 95 * GiB, 459e12, 2765e9, "cloud.google.com/tpu/docs/v5p"),
+    "v6e": Chip("TPU v6e", 32 * GiB, 918e12, 1640e9, "cloud.google.com/tpu/docs/v6e"),
+    "h100": Chip("H100 SXM", 80e9, 989e12, 3350e9, "nvidia.com/en-us/data-center/h100"),
+    "h200": Chip("H200 SXM", 141e9, 989e12, 4800e9, "nvidia.com/en-us/data-center/h200"),
+}
+
+# TPU slices: chips -> the torus libtpu names (v4/v5p: 3D, two cores per chip, sold by
+# cores; v5e/v6e: 2D, sold by chips).
+_TORUS_3D = {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4), 64: (4, 4, 4),
+             128: (4, 4, 8), 256: (4, 8, 8), 512: (8, 8, 8), 1024: (8, 8, 16),
+             2048: (8, 16, 16)}
+_TORUS_2D = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8),
+             128: (8, 16), 256: (16, 16)}
+
+
+class FitCheckError(ValueError):
+    """A topology or config the fit check cannot handle; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    name: str  # as the user gave it: v4-32, v5e-16, h100-8, cpu-8
+    chip: Chip | None  # None: cpu-N (no figures)
+    chips: int
+    libtpu_name: str | None  # e.g. "v4:2x4x4"; None off TPU
+    chip_config: str = "default"
+    host_bounds: tuple[int, ...] = (2, 2, 1)
+
+    @property
+    def is_tpu(self) -> bool:
+        return self.libtpu_name is not None
+
+
+def parse_topology(name: str) -> Topology:
+    """v4-8 ... v4-4096 and v5p-N (N cores, 2 per chip), v5e-N and v6e-N (N chips),
+    h100-N / h200-N (N GPUs: compiled on N host devices, figures from CHIPS), cpu-N."""
+    match = re.fullmatch(r"(v4|v5p|v5e|v6e|h100|h200|cpu)-(\d+)", name.strip().lower())
+    if not match:
+        raise FitCheckError(f"--topology={name}: use v4-N, v5p-N (N cores), v5e-N, v6e-N "
+                            f"(N chips), h100-N, h200-N or cpu-N")
+    kind, count = match.group(1), int(match.group(2))
+    if kind in ("v4", "v5p"):
+        chips = count // 2
+        if count % 2 or chips not in _TORUS_3D:
+            raise FitCheckError(f"--topology={name}: {kind} slices have "
+                                f"{', '.join(str(2 * c) for c in _TORUS_3D)} cores")
+        torus = "x".join(map(str, _TORUS_3D[chips]))
+        prefix = "v4" if kind == "v4" else "v5"
+        return Topology(name, CHIPS[kind], chips, f"{prefix}:{torus}", "megacore")
+    if kind in ("v5e", "v6e"):
+        if count not in _TORUS_2D:
+            raise FitCheckError(f"--topology={name}: {kind} slices have "
+                                f"{', '.join(map(str, _TORUS_2D))} chips")
+        torus = "x".join(map(str, _TORUS_2D[count]))
+        bounds = (1, 1, 1) if count == 1 else (2, 2, 1)
+        return Topology(name, CHIPS[kind], count, f"{kind}:{torus}", "default", bounds)
+    return Topology(name, CHIPS.get(kind), count, None)
+
+
+def prepare_environment(topology: Topology) -> None:
+    """Before JAX starts a backend: stay on the CPU for everything but this compile, and
+    tell libtpu there is no TPU host to find (without these two it logs an error per
+    start and may try the TPU metadata server)."""
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    if topology.is_tpu:
+        os.environ.setdefault("TPU_ACCELERATOR_TYPE", topology.name)
+        os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    elif topology.name.startswith(("cpu", "h100", "h200")):
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = (f"{flags} --xla_force_host_platform_device_count="
+                                   f"{topology.chips}").strip()
+
+
+def devices(topology: Topology) -> list[Any]:
+    """The slice's devices (TPU: from libtpu's topology description, no hardware)."""
+    import jax
+
+    if not topology.is_tpu:
+        found = jax.devices("cpu")
+        if len(found) < topology.chips:
+            raise FitCheckError(f"--topology={topology.name}: {len(found)} host devices; "
+                                f"run in a fresh process (XLA_FLAGS is read at JAX's start)")
+        return found[:topology.chips]
+    try:
+        import libtpu  # noqa: F401
+    except ImportError:
+        raise FitCheckError('libtpu is not installed: pip install -e ".[tpu-plan]"') from None
+    from jax.experimental.topologies import get_topology_desc
+
+    return list(get_topology_desc(
+        platform="tpu", topology_name=topology.libtpu_name,
+        chip_config_name=topology.chip_config, chips_per_host_bounds=topology.host_bounds,
+        num_slices=1).devices)
+
+
+# -- the step, abstractly --------------------------------------------------------------
+@dataclasses.dataclass
+class Plan:
+    """What was compiled: the model, the mesh, and the step's abstract arguments."""
+
+    model_config: Any
+    mesh: Any
+    abstract_state: Any
+    abstract_batch: dict[str, Any]
+    lowered: Any
+    analytic_flops: float  # the whole step, every chip (models/flops.py)
+
+
+def plan_step(config, topology: Topology) -> Plan:
+    """Lowers train.py's jitted step for `config` on the slice (nothing is allocated)."""
+    import jax
+
+    from input_pipeline import packing
+    from input_pipeline.device_masking import DeviceMasker
+    from input_pipeline.tokenizer import SpecialIds
+    from models import BertForMaskedLM
+    from models.flops import flop_count
+    from training import pretrain, sharding
+    from training.optimizer import make_optimizer
+
+    pretrain.validate(config)
+    mesh = sharding.make_mesh(dict(config.mesh), devices(topology))
+    rules = sharding.rules_from_config(config.logical_axis_rules)
+    divisor = sharding.batch_divisor(mesh, rules)
+    if config.batch_size % (divisor * config.grad_accum_steps):
+        raise FitCheckError(f"batch_size={config.batch_size} must divide by the batch shards "
+                            f"({divisor}) times grad_accum_steps ({config.grad_accum_steps})")
+    vocab = int(config.data.vocab_size)
+    model_cfg = pretrain.model_config_for(config, vocab)
+    model = BertForMaskedLM(model_cfg)
+    optimizer, schedule = make_optimizer(config.optimizer, config.num_train_steps)
+    data = config.data
+    batch_size, seq_len, predictions = (config.batch_size, data.max_seq_length,
+                                        data.max_predictions_per_seq)
+    masker = None
+    if data.masking == "device":  # special ids as BERT's vocabulary has them; the shapes matter
+        masker = DeviceMasker(
+            SpecialIds(pad=0, unk=100, cls=101, sep=102, mask=103), vocab, predictions,
+            data.mask_prob, whole_word=data.whole_word_mask,
+            continuation=np.zeros(vocab, bool) if data.whole_word_mask else None,
+            mask_token_prob=data.mask_token_prob, random_token_prob=data.random_token_prob)
+    compiled = pretrain.compile_for_mesh(model, optimizer, schedule, config, mesh, rules,
+                                         masker)
+
+    def feature(shape, dtype):
+        return jax.ShapeDtypeStruct(shape, dtype,
+                                    sharding=sharding.batch_sharding(mesh, rules, len(shape)))
+
+    ids = packing.token_dtype(vocab)
+    if masker is not None:
+        batch = {"input_ids": feature((batch_size, seq_len), ids),
+                 "token_type_ids": feature((batch_size, seq_len), np.int8),
+                 "attention_mask": feature((batch_size, seq_len), np.int8),
+                 "mask_stream": feature((batch_size, 4), np.int32)}
+    else:
+        batch = {"input_ids": feature((batch_size, seq_len), np.int32),
+                 "token_type_ids": feature((batch_size, seq_len), np.int32),
+                 "attention_mask": feature((batch_size, seq_len), np.int32),
+                 "masked_positions": feature((batch_size, predictions), np.int32),
+                 "masked_ids": feature((batch_size, predictions), np.int32),
+                 "masked_weights": feature((batch_size, predictions), np.float32)}
+    import flax.linen as nn
+
+    with mesh, nn.logical_axis_rules(rules):
+        lowered = compiled.train_step.lower(compiled.abstract_state, batch)
+    flops = flop_count(model_cfg, seq_len).train_step(batch_size * seq_len,
+                                                      batch_size * predictions)
+    return Plan(model_cfg, mesh, compiled.abstract_state, batch, lowered, flops)
+
+
+def shard_bytes(tree: Any) -> int:
+    """Bytes one device holds of abstract arrays laid out by their shardings."""
+    import jax
+
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
+    return total
+
+
+# -- the report ------------------------------------------------------------------------
+_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                "collective-permute")
+_ELEMENT_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+                  "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
+_ARRAY = re.compile(r"\b(" + "|".join(_ELEMENT_BYTES) + r")\[([\d,]*)\]")
+# "%name = TYPE op(" where TYPE is an array or a tuple with layouts, e.g. f32[8]{0:T(128)}
+_OP = re.compile(r"=\s*([^=]+?)\s+(" + "|".join(_COLLECTIVES) + r")(-start)?\(")
+
+
+def collectives(hlo_text: str) -> dict[str, tuple[int, int]]:
+    """{kind: (count, bytes of their results)} in a compiled module's HLO text (an async
+    pair counts once, at its -start)."""
+    found: dict[str, list[int]] = {}
+    for line in hlo_text.splitlines():
+        match = _OP.search(line)
+        if not match:
+            continue
+        size = sum(math.prod(int(d) for d in dims.split(",") if d) * _ELEMENT_BYTES[kind]
+                   for kind, dims in _ARRAY.findall(match.group(1)))
+        count, total = found.get(match.group(2), [0, 0])
+        found[match.group(2)] = [count + 1, total + size]
+    return {k: (v[0], v[1]) for k, v in sorted(found.items())}
+
+
+_PARAMETER = re.compile(r"=\s*(\w+)\[([\d,]*)\]\S*\s+parameter\(\d+\)")
+
+
+def entry_parameters(hlo_text: str) -> list[tuple[str, tuple[int, ...]]]:
+    """(element type, per-device shape) of each argument the compiled step takes: the
+    shard shapes XLA's partitioner chose (arguments jit found unused are not there)."""
+    entry = hlo_text[hlo_text.index("\nENTRY"):]
+    entry = entry[:entry.find("\n}") + 1]
+    return [(kind, tuple(int(d) for d in dims.split(",") if d))
+            for kind, dims in _PARAMETER.findall(entry)]
+
+
+def parameter_bytes(parameters: list[tuple[str, tuple[int, ...]]]) -> int:
+    return sum(math.prod(shape) * _ELEMENT_BYTES[kind] for kind, shape in parameters)
+
+
+@dataclasses.dataclass
+class Report:
+    topology: Topology
+    mesh_shape: dict[str, int]
+    arguments: int  # bytes per chip, as XLA allocates them (TPU: padded to its tiles)
+    unpadded_arguments: int  # the same arguments' bytes at their shard shapes
+    outputs: int
+    temporaries: int
+    aliased: int  # donated arguments reused for outputs
+    xla_flops: float  # per chip
+    analytic_flops: float  # per chip
+    bytes_accessed: float  # per chip
+    collectives: dict[str, tuple[int, int]]
+    estimated: bool  # memory and time from the analytic model (GPU), not XLA's TPU plan
+
+    @property
+    def peak(self) -> int:
+        return self.arguments + self.outputs + self.temporaries - self.aliased
+
+    @property
+    def fits(self) -> bool:
+        chip = self.topology.chip
+        return chip is None or self.peak <= chip.hbm_bytes
+
+    def step_seconds(self) -> float | None:
+        """Roofline: the slower of compute at the chip's peak and memory traffic at its
+        HBM bandwidth; collectives overlap or add (not modelled: a lower bound)."""
+        chip = self.topology.chip
+        if chip is None:
+            return None
+        return max(self.xla_flops / chip.peak_bf16_flops,
+                   self.bytes_accessed / chip.hbm_bytes_per_s)
+
+    def mfu(self) -> float | None:
+        seconds = self.step_seconds()
+        chip = self.topology.chip
+        return None if seconds is None else self.analytic_flops / seconds / chip.peak_bf16_flops
+
+    def lines(self) -> list[str]:
+        chip = self.topology.chip
+        gib = lambda b: f"{b / GiB:.2f} GiB" if abs(b) >= GiB / 10 else f"{b / 2**20:.1f} MiB"  # noqa: E731
+        out = [f"{self.topology.name}: {self.topology.chips} chips "
+               f"({chip.name if chip else 'host devices'}), mesh {self.mesh_shape}"]
+        if self.estimated:
+            out.append("(an estimate: memory and FLOPs are the CPU compile's plan for the same "
+                       "sharding, time is that at the GPU's figures; not XLA's GPU plan)")
+        padding = self.arguments - self.unpadded_arguments
+        out += [f"per chip: arguments {gib(self.arguments)} ({gib(padding)} of it tile "
+                f"padding), outputs {gib(self.outputs)}, "
+                f"temporaries {gib(self.temporaries)}, donated {gib(self.aliased)}, "
+                f"peak {gib(self.peak)}"
+                + (f" of {gib(chip.hbm_bytes)} HBM ({chip.source})" if chip else ""),
+                f"FLOPs per chip: XLA {self.xla_flops:.3e}, analytic {self.analytic_flops:.3e} "
+                f"(XLA / analytic {self.xla_flops / self.analytic_flops:.2f})",
+                f"bytes accessed per chip: {self.bytes_accessed:.3e}",
+                "collectives: " + (", ".join(f"{k} x{n} ({b / 2**20:.1f} MiB)" for k, (n, b)
+                                             in self.collectives.items()) or "none")]
+        seconds = self.step_seconds()
+        if seconds is not None:
+            out.append(f"roofline step time >= {seconds * 1e3:.1f} ms (peak "
+                       f"{chip.peak_bf16_flops:.3g} FLOP/s, HBM {chip.hbm_bytes_per_s:.3g} "
+                       f"B/s; collectives not counted), MFU <= {self.mfu():.0%}")
+        if chip is not None:
+            out.append("fits" if self.fits else
+                       f"does not fit: {gib(self.peak - chip.hbm_bytes)} missing per chip")
+        return out
+
+
+def check(config, topology: Topology) -> Report:
+    """Compiles and reads the plan: call prepare_environment(topology) first."""
+    plan = plan_step(config, topology)
+    compiled = plan.lowered.compile()
+    memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    chips = topology.chips
+    text = compiled.as_text()
+    return Report(
+        topology=topology, mesh_shape=dict(plan.mesh.shape),
+        arguments=int(memory.argument_size_in_bytes),
+        unpadded_arguments=parameter_bytes(entry_parameters(text)),
+        outputs=int(memory.output_size_in_bytes),
+        temporaries=int(memory.temp_size_in_bytes), aliased=int(memory.alias_size_in_bytes),
+        xla_flops=float(cost.get("flops", 0.0)),
+        analytic_flops=plan.analytic_flops / chips,
+        bytes_accessed=float(cost.get("bytes accessed", 0.0)),
+        collectives=collectives(text),
+        estimated=not topology.is_tpu)
