@@ -90,8 +90,9 @@ def largest_fitting_batch(config, topology, fit_check) -> int | None:
         batch -= batch % divisor
         config.batch_size = batch
         report = fit_check.check(config, topology)
-        print(f"  batch_size={batch}: peak {report.peak / fit_check.GiB:.2f} GiB "
-              f"({'fits' if report.fits else 'does not fit'})", flush=True)
+        print(f"  batch_size={batch}: " + (f"peak {report.peak / fit_check.GiB:.2f} GiB, fits"
+              if report.fits else f"{report.missing / fit_check.GiB:.2f} GiB missing"),
+              flush=True)
         if report.fits:
             return batch
         batch //= 2

@@ -93,3 +93,21 @@ def test_topology_names_and_collective_bytes_are_read_without_libtpu():
 """
     assert fit_check.collectives(hlo) == {
         "all-gather": (1, 4 * 4 + 16 * 4), "all-reduce": (2, 4 + 1024 * 256 * 4 + 8 * 2)}
+
+
+@pytest.mark.slow
+def test_a_step_that_cannot_fit_is_reported_with_the_bytes_missing():
+    """batch 32768 x 128 of that row on one v5e chip (16 GiB): the TPU compiler refuses
+    it at compile time; fit_check says so with the bytes missing and exits 1."""
+    pytest.importorskip("libtpu", reason='pip install -e ".[tpu-plan]"')
+    done = subprocess.run(
+        [sys.executable, "scripts/fit_check.py", "--config",
+         "configs/pretrain.py:size=mini,layers=1,batch=32768", "--topology", "v5e-1",
+         "--nosearch"], cwd=REPO, capture_output=True, text=True, timeout=900,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path[1:])})
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "v5e-1: 1 chips (TPU v5e), mesh {'data': 1, 'fsdp': 1, 'tensor': 1}"
+    missing = next(x for x in lines if x.startswith("does not fit: "))
+    assert missing.endswith(" GiB missing per chip") and float(missing.split()[3]) > 10
+    assert "Traceback" not in done.stderr

@@ -103,6 +103,7 @@ def prepare_environment(topology: Topology) -> None:
     tell libtpu there is no TPU host to find (without these two it logs an error per
     start and may try the TPU metadata server)."""
     os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # two fit checks at once
     if topology.is_tpu:
         os.environ.setdefault("TPU_ACCELERATOR_TYPE", topology.name)
         os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
@@ -275,6 +276,9 @@ class Report:
     bytes_accessed: float  # per chip
     collectives: dict[str, tuple[int, int]]
     estimated: bool  # memory and time from the analytic model (GPU), not XLA's TPU plan
+    # The TPU compiler's own refusal ("Ran out of memory on HBM"): (bytes it needed for
+    # temporaries, bytes it had for them); the other fields are then ours, not XLA's.
+    out_of_memory: tuple[float, float] | None = None
 
     @property
     def peak(self) -> int:
@@ -283,7 +287,16 @@ class Report:
     @property
     def fits(self) -> bool:
         chip = self.topology.chip
-        return chip is None or self.peak <= chip.hbm_bytes
+        return self.out_of_memory is None and (chip is None or self.peak <= chip.hbm_bytes)
+
+    @property
+    def missing(self) -> float:
+        """Bytes per chip short of fitting (0 when it fits)."""
+        if self.out_of_memory is not None:
+            needed, available = self.out_of_memory
+            return needed - available
+        chip = self.topology.chip
+        return max(0.0, self.peak - chip.hbm_bytes) if chip else 0.0
 
     def step_seconds(self) -> float | None:
         """Roofline: the slower of compute at the chip's peak and memory traffic at its
@@ -304,6 +317,14 @@ class Report:
         gib = lambda b: f"{b / GiB:.2f} GiB" if abs(b) >= GiB / 10 else f"{b / 2**20:.1f} MiB"  # noqa: E731
         out = [f"{self.topology.name}: {self.topology.chips} chips "
                f"({chip.name if chip else 'host devices'}), mesh {self.mesh_shape}"]
+        if self.out_of_memory is not None:
+            needed, available = self.out_of_memory
+            return out + [
+                f"per chip: arguments {gib(self.arguments)} (state and batch at their shard "
+                f"shapes); XLA's TPU compiler refused the step: its temporaries need "
+                f"{gib(needed)}, {gib(available)} of HBM is left for them",
+                f"analytic FLOPs per chip: {self.analytic_flops:.3e}",
+                f"does not fit: {gib(self.missing)} missing per chip"]
         if self.estimated:
             out.append("(an estimate: memory and FLOPs are the CPU compile's plan for the same "
                        "sharding, time is that at the GPU's figures; not XLA's GPU plan)")
@@ -320,19 +341,42 @@ class Report:
                                              in self.collectives.items()) or "none")]
         seconds = self.step_seconds()
         if seconds is not None:
-            out.append(f"roofline step time >= {seconds * 1e3:.1f} ms (peak "
+            out.append(f"roofline step time >= {seconds * 1e3:.3g} ms (peak "
                        f"{chip.peak_bf16_flops:.3g} FLOP/s, HBM {chip.hbm_bytes_per_s:.3g} "
                        f"B/s; collectives not counted), MFU <= {self.mfu():.0%}")
         if chip is not None:
             out.append("fits" if self.fits else
-                       f"does not fit: {gib(self.peak - chip.hbm_bytes)} missing per chip")
+                       f"does not fit: {gib(self.missing)} missing per chip")
         return out
+
+
+# libtpu's compile-time refusal, e.g. "the total memory required for HLO temporaries
+# (39.44G) exceeds available HBM (15.75G)"
+_OUT_OF_MEMORY = re.compile(r"required for HLO temporaries \(([\d.]+[KMG]?)\) exceeds "
+                            r"available HBM \(([\d.]+[KMG]?)\)")
+
+
+def _gib_value(text: str) -> float:
+    scale = {"K": 2**10, "M": 2**20, "G": GiB}.get(text[-1], 1)
+    return float(text.rstrip("KMG")) * scale
 
 
 def check(config, topology: Topology) -> Report:
     """Compiles and reads the plan: call prepare_environment(topology) first."""
     plan = plan_step(config, topology)
-    compiled = plan.lowered.compile()
+    try:
+        compiled = plan.lowered.compile()
+    except Exception as e:  # jax.errors.JaxRuntimeError; the TPU compiler's OOM is an answer
+        refused = _OUT_OF_MEMORY.search(str(e))
+        if refused is None:
+            raise
+        state = shard_bytes(plan.abstract_state) + shard_bytes(plan.abstract_batch)
+        return Report(topology=topology, mesh_shape=dict(plan.mesh.shape), arguments=state,
+                      unpadded_arguments=state, outputs=0, temporaries=0, aliased=0,
+                      xla_flops=0.0, analytic_flops=plan.analytic_flops / topology.chips,
+                      bytes_accessed=0.0, collectives={}, estimated=False,
+                      out_of_memory=(_gib_value(refused.group(1)),
+                                     _gib_value(refused.group(2))))
     memory = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
