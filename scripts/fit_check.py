@@ -37,6 +37,11 @@ def define_flags() -> None:
     flags.DEFINE_string("mesh", None, "e.g. data=2,fsdp=4,tensor=1 (default: the config's)")
     flags.DEFINE_bool("search", True, "when it does not fit: compile at halved batch sizes "
                       "and report the largest that fits")
+    flags.DEFINE_list("grid", None, "instead of one config: every row of these grids "
+                      "(configs/grids.py), each as --config with row=NAME added")
+    flags.DEFINE_string("out_dir", None, "with --grid: one ROW.json per row (rows with one "
+                        "are skipped: a resumable sweep) and table.md of all of them")
+    flags.DEFINE_integer("steps", 1_000_000, "training steps for the hours column")
     flags.mark_flags_as_required(["config", "topology"])
 
 
@@ -62,6 +67,9 @@ def main(argv: list[str]) -> None:
         config = FLAGS.config
         if FLAGS.mesh:
             config.mesh.update({"data": 1, "fsdp": 1, "tensor": 1} | parse_mesh(FLAGS.mesh))
+        if FLAGS.grid:
+            run_grid(config, topology, fit_check)
+            return
         start = time.perf_counter()
         report = fit_check.check(config, topology)
         print("\n".join(report.lines()))
@@ -77,6 +85,45 @@ def main(argv: list[str]) -> None:
     except ValueError as e:  # bad topology, mesh or config: one line
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def run_grid(config, topology, fit_check) -> None:
+    """Each row of the grids on the same slice, mesh and arguments; resumable."""
+    import copy
+    import glob
+    import json
+
+    from configs import grids
+    from configs import model as model_configs
+    from training.files import write_json_atomic, write_text_atomic
+
+    if not FLAGS.out_dir:
+        raise ValueError("--grid needs --out_dir for its records")
+    unknown = sorted(set(FLAGS.grid) - set(grids.GRIDS))
+    if unknown:
+        raise ValueError(f"--grid: {', '.join(unknown)} unknown; choose from {sorted(grids.GRIDS)}")
+    for row in (row for name in FLAGS.grid for row in grids.GRIDS[name]):
+        path = os.path.join(FLAGS.out_dir, f"{row.name}.json")
+        if os.path.exists(path):
+            print(f"{row.name}: done ({path})")
+            continue
+        row_config = copy.deepcopy(config)
+        with row_config.unlocked():
+            model_configs.apply_row(row_config.model, row.name)
+        start = time.perf_counter()
+        report = fit_check.check(row_config, topology)
+        seconds = time.perf_counter() - start
+        print(f"{row.name}: " + "; ".join(report.lines()[1:]), flush=True)
+        write_json_atomic(path, fit_check.to_json(report, row.name, seconds, FLAGS.steps))
+    records = []
+    for path in sorted(glob.glob(os.path.join(FLAGS.out_dir, "*.json"))):
+        with open(path) as f:
+            records.append(json.load(f))
+    order = [row.name for rows in grids.GRIDS.values() for row in rows]
+    records.sort(key=lambda r: order.index(r["row"]) if r["row"] in order else len(order))
+    table = os.path.join(FLAGS.out_dir, "table.md")
+    write_text_atomic(table, fit_check.scale_table(records) + "\n")
+    print(f"wrote {table}")
 
 
 def largest_fitting_batch(config, topology, fit_check) -> int | None:

@@ -5,6 +5,7 @@ parsing without libtpu."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -111,3 +112,21 @@ def test_a_step_that_cannot_fit_is_reported_with_the_bytes_missing():
     missing = next(x for x in lines if x.startswith("does not fit: "))
     assert missing.endswith(" GiB missing per chip") and float(missing.split()[3]) > 10
     assert "Traceback" not in done.stderr
+
+
+def test_the_scale_table_reads_each_rows_record():
+    """--grid's records as docs/SCALE.md's table: a row that fits shows its peak, step
+    time, MFU and hours; one that does not shows what is missing."""
+    v4 = fit_check.parse_topology("v4-8")
+    fits = fit_check.Report(v4, {"data": 4, "fsdp": 1, "tensor": 1}, arguments=2 * 2**30,
+                            unpadded_arguments=2 * 2**30, outputs=2 * 2**30,
+                            temporaries=2**30, aliased=2 * 2**30, xla_flops=2.75e12,
+                            analytic_flops=2.5e12, bytes_accessed=1.228e9, collectives={},
+                            estimated=False)
+    refused = dataclasses.replace(fits, out_of_memory=(40 * 2**30, 30 * 2**30))
+    table = fit_check.scale_table([fit_check.to_json(fits, "a", 10.0, 1_000_000),
+                                   fit_check.to_json(refused, "b", 5.0, 1_000_000)])
+    lines = table.splitlines()
+    assert lines[2] == ("| a | v4-8, data=4 | yes | 3.00 | 1.10 | 10 | 91% | "
+                        "3 (1,000,000 steps) | 10 |")
+    assert lines[3] == "| b | v4-8, data=4 | no | - (10.00 missing) | 1.10 | - | - | - | 5 |"

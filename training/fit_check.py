@@ -393,3 +393,39 @@ def check(config, topology: Topology) -> Report:
         bytes_accessed=float(cost.get("bytes accessed", 0.0)),
         collectives=collectives(text),
         estimated=not topology.is_tpu)
+
+
+# -- a grid of rows --------------------------------------------------------------------
+def to_json(report: Report, row: str, seconds: float, steps: int) -> dict[str, Any]:
+    """One row's record for the scale table (scripts/fit_check.py --grid)."""
+    step = report.step_seconds()
+    return {"row": row, "topology": report.topology.name, "mesh": report.mesh_shape,
+            "fits": report.fits, "peak_bytes": None if report.out_of_memory else report.peak,
+            "missing_bytes": report.missing, "arguments_bytes": report.arguments,
+            "temporaries_bytes": report.temporaries, "xla_flops": report.xla_flops,
+            "analytic_flops": report.analytic_flops, "collectives": report.collectives,
+            "step_seconds": step if report.fits else None,
+            "mfu": report.mfu() if report.fits else None,
+            "hours_to_steps": step * steps / 3600 if report.fits and step else None,
+            "steps": steps, "compile_seconds": seconds}
+
+
+def scale_table(records: list[dict[str, Any]]) -> str:
+    gib = lambda b: "-" if b is None else f"{b / GiB:.2f}"  # noqa: E731
+    lines = ["| row | slice, mesh | fits | peak GiB/chip (missing) | XLA / analytic FLOPs | "
+             "roofline step ms | MFU <= | hours to steps | compile s |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in records:
+        mesh = ",".join(f"{k}={v}" for k, v in r["mesh"].items() if v > 1) or "1 chip"
+        ratio = f"{r['xla_flops'] / r['analytic_flops']:.2f}" if r["xla_flops"] else "-"
+        lines.append(
+            f"| {r['row']} | {r['topology']}, {mesh} | {'yes' if r['fits'] else 'no'} | "
+            f"{gib(r['peak_bytes'])}" + (f" ({gib(r['missing_bytes'])} missing)"
+                                         if not r["fits"] else "")
+            + f" | {ratio} | "
+            + ("-" if r["step_seconds"] is None else f"{r['step_seconds'] * 1e3:.0f}")
+            + " | " + ("-" if r["mfu"] is None else f"{r['mfu']:.0%}") + " | "
+            + ("-" if r["hours_to_steps"] is None
+               else f"{r['hours_to_steps']:.0f} ({r['steps']:,} steps)")
+            + f" | {r['compile_seconds']:.0f} |")
+    return "\n".join(lines)
