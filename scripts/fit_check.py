@@ -37,6 +37,8 @@ def define_flags() -> None:
     flags.DEFINE_string("mesh", None, "e.g. data=2,fsdp=4,tensor=1 (default: the config's)")
     flags.DEFINE_bool("search", True, "when it does not fit: compile at halved batch sizes "
                       "and report the largest that fits")
+    flags.DEFINE_bool("search_mesh", False, "compile every data x fsdp split of the slice "
+                      "(tensor=1) and report which fit, and the one with the lowest peak")
     flags.DEFINE_list("grid", None, "instead of one config: every row of these grids "
                       "(configs/grids.py), each as --config with row=NAME added")
     flags.DEFINE_string("out_dir", None, "with --grid: one ROW.json per row (rows with one "
@@ -69,6 +71,10 @@ def main(argv: list[str]) -> None:
             config.mesh.update({"data": 1, "fsdp": 1, "tensor": 1} | parse_mesh(FLAGS.mesh))
         if FLAGS.grid:
             run_grid(config, topology, fit_check)
+            return
+        if FLAGS.search_mesh:
+            if not search_mesh(config, topology, fit_check):
+                sys.exit(1)
             return
         start = time.perf_counter()
         report = fit_check.check(config, topology)
@@ -124,6 +130,30 @@ def run_grid(config, topology, fit_check) -> None:
     table = os.path.join(FLAGS.out_dir, "table.md")
     write_text_atomic(table, fit_check.scale_table(records) + "\n")
     print(f"wrote {table}")
+
+
+def search_mesh(config, topology, fit_check) -> bool:
+    """Every data x fsdp split of the chips, compiled; True when one fits."""
+    results = []
+    fsdp = 1
+    while fsdp <= topology.chips:
+        config.mesh.update({"data": topology.chips // fsdp, "fsdp": fsdp, "tensor": 1})
+        if config.batch_size % (topology.chips * config.grad_accum_steps) == 0:
+            report = fit_check.check(config, topology)
+            results.append((fsdp, report))
+            print(f"  data={topology.chips // fsdp},fsdp={fsdp}: " + (
+                f"peak {report.peak / fit_check.GiB:.2f} GiB, roofline "
+                f"{report.step_seconds() * 1e3:.3g} ms" if report.fits else
+                f"{report.missing / fit_check.GiB:.2f} GiB missing"), flush=True)
+        fsdp *= 2
+    fitting = [(fsdp, r) for fsdp, r in results if r.fits]
+    if not fitting:
+        print("no data x fsdp split fits: a larger slice, a smaller batch, or remat")
+        return False
+    fsdp, best = min(fitting, key=lambda item: item[1].peak)
+    print(f"lowest peak: --mesh data={topology.chips // fsdp},fsdp={fsdp} "
+          f"({best.peak / fit_check.GiB:.2f} GiB per chip)")
+    return True
 
 
 def largest_fitting_batch(config, topology, fit_check) -> int | None:
