@@ -28,13 +28,17 @@ checkpoint (pretrained_by) tests only fine-tuning scores. Values are paired by s
   - otherwise (one shared pretraining seed) fine-tuning seed s with fine-tuning
     seed s (same classifier init and example order). This measures fine-tuning
     noise only: with one pretraining run per row, pretraining noise is invisible.
-Each test reports n, the mean difference B - A, its bootstrap 95% interval
-(resampling the seed pairs), the paired t-test p (scipy.stats.ttest_rel) and
-the Wilcoxon signed-rank p (scipy.stats.wilcoxon). --test picks the one the
-verdict uses: t by default, because with fewer than 6 pairs the exact Wilcoxon
-p cannot fall below 2/2^n (0.0625 at n=5); with many seeds and outliers prefer
-wilcoxon. A difference is called real when that p < --alpha and the interval
-excludes 0.
+Each test reports n, the mean difference B - A with its 95% paired t interval (and
+a percentile bootstrap interval from 10 pairs on: below that it undercovers, e.g. it
+is [min, max] at n = 3), the paired t-test p (scipy.stats.ttest_rel), the Wilcoxon
+signed-rank p (scipy.stats.wilcoxon), and the p of the verdict's test (--test: t by
+default, because with fewer than 6 pairs the exact Wilcoxon p cannot fall below
+2/2^n) after Holm's correction over every test of the table (one table, one family).
+Verdict, one rule: "B better" / "A better" when that corrected p < --alpha;
+"equivalent (±m)" when the whole t interval lies inside the metric's margin m (1
+point for GLUE scores and MLM accuracy, 0.02 nats for MLM loss); else "not settled".
+Beside each pair: parameters and forward GFLOPs per token of A and B, so equal
+parameters are not read as equal cost.
 
 Plots (PNG): scores vs number of heads, vs key size and vs the fine-tuning
 learning rate (error bars: std; each drawn when some line has two points), and MLM
@@ -261,6 +265,9 @@ class Metric:
     digits: int = 1
     threshold: float | None = None  # steps_to: the level the scalar must reach
     at_least: bool = True  # steps_to: reach means >= threshold (else <=)
+    # Equivalence margin: a pair whose whole 95% t interval of B - A lies inside
+    # (-margin, +margin) is called equivalent; None: never (steps_to).
+    margin: float | None = 1.0
 
 
 def parse_steps_to(spec: str) -> Metric:
@@ -274,7 +281,7 @@ def parse_steps_to(spec: str) -> Metric:
                 break
             return Metric(f"steps to {tag.strip()}{op}{threshold:g}", "steps_to", tag.strip(),
                           higher_is_better=False, digits=0, threshold=threshold,
-                          at_least=at_least)
+                          at_least=at_least, margin=None)
     raise ValueError(f"--steps_to {spec!r}: use TAG>=VALUE or TAG<=VALUE, "
                      f"e.g. eval_accuracy>=0.99")
 
@@ -289,8 +296,8 @@ def first_step_reaching(curve: dict[int, float], metric: Metric) -> float | None
 
 
 MLM_METRICS = (
-    Metric("MLM loss", "mlm", "eval_loss", higher_is_better=False, digits=3),
-    Metric("MLM acc", "mlm", "eval_accuracy", scale=100.0, digits=1),
+    Metric("MLM loss", "mlm", "eval_loss", higher_is_better=False, digits=3, margin=0.02),
+    Metric("MLM acc", "mlm", "eval_accuracy", scale=100.0, digits=1, margin=1.0),
 )
 
 
@@ -403,7 +410,13 @@ class PairedTest:
     values_b: tuple[float, ...]
     p_t: float
     p_wilcoxon: float
-    ci: tuple[float, float]
+    ci: tuple[float, float]  # 95% paired t interval of mean(B - A)
+    ci_bootstrap: tuple[float, float] | None  # percentile bootstrap; None below MIN_BOOTSTRAP_N
+    cost_a: tuple[int | None, float | None] = (None, None)  # (parameters, forward FLOPs/token)
+    cost_b: tuple[int | None, float | None] = (None, None)
+    # p of the verdict's test after Holm's correction over the table's family of tests
+    # (set by run_tests; nan when the test has no p)
+    p_holm: float = float("nan")
 
     @property
     def diff(self) -> float:
@@ -413,10 +426,33 @@ class PairedTest:
         return self.p_t if test == "t" else self.p_wilcoxon
 
     def verdict(self, test: str, alpha: float) -> str:
-        p, (lo, hi) = self.p(test), self.ci
-        if not (p < alpha and (lo > 0 or hi < 0)):
-            return "no clear difference"
-        return f"{self.b if (self.diff > 0) == self.metric.higher_is_better else self.a} better"
+        """The one rule (module docstring): better when Holm's p < alpha; equivalent when
+        the t interval lies inside the metric's margin; else not settled."""
+        del test  # p_holm was computed from the chosen test
+        lo, hi = self.ci
+        if self.p_holm < alpha:
+            return f"{self.b if (self.diff > 0) == self.metric.higher_is_better else self.a} better"
+        margin = self.metric.margin
+        if margin is not None and -margin < lo and hi < margin:
+            return f"equivalent (±{margin:g})"
+        return "not settled"
+
+
+# Below this many pairs the percentile bootstrap undercovers (at n = 3 its 95% interval
+# is [min, max] of the differences, about 75% coverage): only the t interval is shown.
+MIN_BOOTSTRAP_N = 10
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (nan stays nan and is not counted): controls
+    the family-wise error rate over the tests of one table."""
+    order = sorted((p, i) for i, p in enumerate(pvalues) if not np.isnan(p))
+    adjusted = [float("nan")] * len(pvalues)
+    running = 0.0
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p))
+        adjusted[i] = running
+    return adjusted
 
 
 def paired_values(a: RowResult, b: RowResult, metric: Metric, averaged: list[str]
@@ -439,7 +475,8 @@ def paired_values(a: RowResult, b: RowResult, metric: Metric, averaged: list[str
 
 def paired_test(metric: Metric, a: str, b: str, over: str, seeds: list[Any],
                 va: list[float], vb: list[float], resamples: int) -> PairedTest:
-    """Paired t and Wilcoxon p-values and a bootstrap 95% interval of mean(B - A)."""
+    """Paired t and Wilcoxon p-values, the paired t 95% interval of mean(B - A), and a
+    bootstrap interval when n allows it."""
     xa, xb = np.asarray(va, float), np.asarray(vb, float)
     d = xb - xa
     with warnings.catch_warnings():
@@ -452,11 +489,17 @@ def paired_test(metric: Metric, a: str, b: str, over: str, seeds: list[Any],
             p_w = float(scipy.stats.wilcoxon(xb, xa).pvalue) if np.any(d != 0) else float("nan")
         except ValueError:
             p_w = float("nan")
-    rng = np.random.default_rng(0)  # fixed: the same table on every call
-    means = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
+    n = len(d)
+    half = (float(scipy.stats.t.ppf(0.975, n - 1) * np.std(d, ddof=1) / np.sqrt(n))
+            if n > 1 else float("nan"))
+    boot = None
+    if n >= MIN_BOOTSTRAP_N:
+        rng = np.random.default_rng(0)  # fixed: the same table on every call
+        means = d[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
+        lo, hi = np.percentile(means, [2.5, 97.5])
+        boot = (float(lo), float(hi))
     return PairedTest(metric, a, b, over, tuple(seeds), tuple(va), tuple(vb), p_t, p_w,
-                      (float(lo), float(hi)))
+                      (float(d.mean() - half), float(d.mean() + half)), boot)
 
 
 def default_pairs(results: list[RowResult], baseline: str | None) -> list[tuple[str, str]]:
@@ -494,7 +537,10 @@ def parse_pairs(specs: list[str], names: set[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def run_tests(table: Table, pairs: list[tuple[str, str]], resamples: int) -> list[PairedTest]:
+def run_tests(table: Table, pairs: list[tuple[str, str]], resamples: int,
+              test: str = "t") -> list[PairedTest]:
+    """Every metric of every pair with two or more paired seeds, with Holm's correction
+    over all of them (one table, one family)."""
     by_name = {r.row.name: r for r in table.results}
     tests = []
     for a, b in pairs:
@@ -506,8 +552,12 @@ def run_tests(table: Table, pairs: list[tuple[str, str]], resamples: int) -> lis
                 continue
             over, seeds, va, vb = paired_values(by_name[a], by_name[b], metric, table.averaged)
             if len(seeds) >= 2:
-                tests.append(paired_test(metric, a, b, over, seeds, va, vb, resamples))
-    return tests
+                done = paired_test(metric, a, b, over, seeds, va, vb, resamples)
+                tests.append(dataclasses.replace(
+                    done, cost_a=(by_name[a].params, by_name[a].flops),
+                    cost_b=(by_name[b].params, by_name[b].flops)))
+    return [dataclasses.replace(t, p_holm=p)
+            for t, p in zip(tests, holm([t.p(test) for t in tests]), strict=True)]
 
 
 # -- tables ------------------------------------------------------------------------------
@@ -610,17 +660,30 @@ def fmt_p(p: float) -> str:
     return "<1e-4" if p < 1e-4 else f"{p:.3g}"
 
 
+def cost_cell(a: tuple[int | None, float | None], b: tuple[int | None, float | None]) -> str:
+    """Parameters (M) and forward GFLOPs/token of A -> B: equal cost is then visible."""
+    if None in (*a, *b):
+        return "-"
+    return (f"{a[0] / 1e6:.1f}M → {b[0] / 1e6:.1f}M, {a[1] / 1e9:.3g} → {b[1] / 1e9:.3g} "
+            f"({b[1] / a[1]:.2f}x)")
+
+
 def significance_markdown(tests: list[PairedTest], test: str, alpha: float) -> str:
     header = ["metric", "A", "B", "paired over", "n", "mean A", "mean B", "B − A",
-              "95% CI (bootstrap)", "p (paired t)", "p (Wilcoxon)", "verdict"]
+              "95% CI (paired t)", "95% CI (bootstrap)", "p (paired t)", "p (Wilcoxon)",
+              f"p ({'t' if test == 't' else 'Wilcoxon'}, Holm over {len(tests)})",
+              "params, GFLOPs/token A → B", "verdict"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for t in tests:
         d = t.metric.digits + 1
+        boot = ("-" if t.ci_bootstrap is None else
+                f"[{t.ci_bootstrap[0]:+.{d}f}, {t.ci_bootstrap[1]:+.{d}f}]")
         lines.append("| " + " | ".join([
             t.metric.name, t.a, t.b, t.over, str(len(t.seeds)),
             f"{np.mean(t.values_a):.{d}f}", f"{np.mean(t.values_b):.{d}f}",
-            f"{t.diff:+.{d}f}", f"[{t.ci[0]:+.{d}f}, {t.ci[1]:+.{d}f}]",
-            fmt_p(t.p_t), fmt_p(t.p_wilcoxon), t.verdict(test, alpha)]) + " |")
+            f"{t.diff:+.{d}f}", f"[{t.ci[0]:+.{d}f}, {t.ci[1]:+.{d}f}]", boot,
+            fmt_p(t.p_t), fmt_p(t.p_wilcoxon), fmt_p(t.p_holm), cost_cell(t.cost_a, t.cost_b),
+            t.verdict(test, alpha)]) + " |")
     return "\n".join(lines)
 
 
@@ -628,12 +691,17 @@ def significance_csv(tests: list[PairedTest], test: str, alpha: float) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["metric", "a", "b", "paired_over", "seeds", "values_a", "values_b",
-                     "mean_diff_b_minus_a", "ci_low", "ci_high", "p_ttest_rel", "p_wilcoxon",
-                     "verdict"])
+                     "mean_diff_b_minus_a", "ci_low", "ci_high", "bootstrap_low",
+                     "bootstrap_high", "p_ttest_rel", "p_wilcoxon", "p_holm", "params_a",
+                     "params_b", "flops_per_token_a", "flops_per_token_b", "verdict"])
     for t in tests:
+        boot = t.ci_bootstrap or ("", "")
         writer.writerow([t.metric.name, t.a, t.b, t.over, " ".join(map(str, t.seeds)),
                          " ".join(map(repr, t.values_a)), " ".join(map(repr, t.values_b)),
-                         t.diff, t.ci[0], t.ci[1], t.p_t, t.p_wilcoxon, t.verdict(test, alpha)])
+                         t.diff, t.ci[0], t.ci[1], *boot, t.p_t, t.p_wilcoxon, t.p_holm,
+                         *(("" if v is None else v) for v in (*t.cost_a[:1], *t.cost_b[:1],
+                                                              t.cost_a[1], t.cost_b[1])),
+                         t.verdict(test, alpha)])
     return buffer.getvalue()
 
 
@@ -655,9 +723,16 @@ def notes(results: list[RowResult], averaged: list[str], test: str, alpha: float
     if any(r.row.reported for r in results):
         lines.append("(paper): the numbers the paper reports for the row (its SQuAD F1 is "
                      "not run here); its parameter counts use vocabulary 30522.")
-    lines.append(f"Significance: paired by seed id; verdict by the "
-                 f"{'paired t-test' if test == 't' else 'Wilcoxon test'} at alpha={alpha} "
-                 "together with the bootstrap interval (see scripts/tables.py).")
+    lines.append(
+        f"Significance: paired by seed id. Verdict (one rule): \"B better\" / \"A better\" "
+        f"when the {'paired t-test' if test == 't' else 'Wilcoxon test'}'s p after Holm's "
+        f"correction over every test of this table is below alpha={alpha}; \"equivalent "
+        f"(±m)\" when the whole 95% paired t interval lies inside ±m (m: 1 point for scores "
+        f"and MLM accuracy, 0.02 nats for MLM loss); else \"not settled\". A pair with fewer "
+        f"than two paired seeds is not tested. The bootstrap interval is shown from "
+        f"n = {MIN_BOOTSTRAP_N} pairs on (below it undercovers: at n = 3 it is [min, max], "
+        f"about 75%). Cost: parameters without the MLM head and forward GFLOPs per token, "
+        f"A → B, so \"at equal parameters\" is not read as \"at equal cost\".")
     return "\n\n".join(lines)
 
 
@@ -871,7 +946,7 @@ def collect(out: str, grid: str | None = None, grid_file: str | None = None,
 def render(table: Table, pairs: list[tuple[str, str]], test: str, alpha: float,
            resamples: int) -> tuple[str, str, str]:
     """(markdown with both tables and the notes, results CSV, significance CSV)."""
-    tests = run_tests(table, pairs, resamples)
+    tests = run_tests(table, pairs, resamples, test)
     significance = (significance_markdown(tests, test, alpha) if tests else
                     "No pair of rows shares two or more seeds yet; run more seeds "
                     "(scripts/sweep.py --seeds, or configs/glue.py seeds=) to test differences.")

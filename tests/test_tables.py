@@ -115,7 +115,19 @@ def test_tables_over_pretraining_seeds_with_paired_tests_and_plots(tmp_path):
     assert float(t["p_ttest_rel"]) == pytest.approx(scipy.stats.ttest_rel(b, a).pvalue)
     assert float(t["p_wilcoxon"]) == pytest.approx(scipy.stats.wilcoxon(b, a).pvalue)
     assert float(t["mean_diff_b_minus_a"]) == pytest.approx(np.mean(np.subtract(b, a)))
-    assert float(t["ci_low"]) <= float(t["mean_diff_b_minus_a"]) <= float(t["ci_high"])
+    d = np.subtract(b, a)  # the 95% paired t interval, from scipy
+    low, high = scipy.stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=scipy.stats.sem(d))
+    assert (float(t["ci_low"]), float(t["ci_high"])) == (pytest.approx(low), pytest.approx(high))
+    # Holm over the table's family: every metric of both pairs (MLM loss and accuracy,
+    # SST-2, RTE, the average), the smallest p times the family size, at most 1.
+    family = [x for x in read_csv(out / "significance.csv")
+              if not math.isnan(float(x["p_ttest_rel"] or "nan"))]  # nan: no p, not counted
+    smallest = min(family, key=lambda x: float(x["p_ttest_rel"]))
+    assert float(smallest["p_holm"]) == pytest.approx(
+        min(1.0, len(family) * float(smallest["p_ttest_rel"])))
+    assert all(float(x["p_holm"]) >= float(x["p_ttest_rel"]) for x in family)
+    assert len(family) >= 5
+    assert t["params_a"] and float(t["flops_per_token_b"]) > float(t["flops_per_token_a"])
     loss = tests[("th_cpu_mh_h4", "th_cpu_th_h4", "MLM loss")]  # 0.1 lower for every seed
     assert float(loss["mean_diff_b_minus_a"]) == pytest.approx(-0.1)
 
@@ -143,8 +155,11 @@ def test_tables_with_one_pretraining_seed_pair_fine_tuning_seeds_by_id(tmp_path)
     assert t["seeds"] == "0 1 3"
     pa, pb = [a[s] for s in (0, 1, 3)], [b[s] for s in (0, 1, 3)]
     assert float(t["p_ttest_rel"]) == pytest.approx(scipy.stats.ttest_rel(pb, pa).pvalue)
+    # One test in the family: Holm leaves its p; n = 3: no bootstrap interval.
+    assert float(t["p_holm"]) == pytest.approx(scipy.stats.ttest_rel(pb, pa).pvalue)
+    assert t["bootstrap_low"] == t["bootstrap_high"] == ""
     assert t["verdict"] == ("big_key better" if scipy.stats.ttest_rel(pb, pa).pvalue < 0.05
-                            else "no clear difference")
+                            else "not settled")
 
 
 def test_steps_to_a_level_from_the_eval_curves_with_paired_tests(tmp_path):
@@ -175,11 +190,11 @@ def test_steps_to_a_level_from_the_eval_curves_with_paired_tests(tmp_path):
     tests = {(t["a"], t["b"], t["metric"]): t for t in read_csv(out / "significance.csv")}
     t = tests[("th_cpu_mh_h4", "th_cpu_th_h4", column)]
     assert t["seeds"] == "0 1" and float(t["mean_diff_b_minus_a"]) == pytest.approx(-150.0)
-    assert t["verdict"] == "no clear difference"  # -100 and -200: two seeds settle nothing
+    assert t["verdict"] == "not settled"  # -100 and -200: two seeds settle nothing
     same = tests[("th_cpu_mh_h8", "th_cpu_th_h8", column)]
     assert float(same["mean_diff_b_minus_a"]) == pytest.approx(-100.0)
     assert math.isnan(float(same["p_ttest_rel"] or "nan"))
-    assert same["verdict"] == "no clear difference"
+    assert same["verdict"] == "not settled"
     assert "never reached it" in (out / "table.md").read_text()
 
     bad = run_script("tables.py", [f"--out={out}", "--steps_to=eval_accuracy=0.99"])
@@ -314,3 +329,23 @@ def test_plots_label_their_units_keep_the_legend_off_the_data_and_end_scores_at_
     legend_top = legend.get_window_extent().y1
     figure.canvas.draw()
     assert all(ax.get_window_extent().y0 >= legend_top - 1 for ax in panels.values())
+
+
+def test_holm_and_the_verdict_rule():
+    """Holm's adjusted p-values for a worked example; equivalence only when the whole t
+    interval lies inside the margin."""
+    from scripts import tables
+
+    adjusted = tables.holm([0.01, 0.04, 0.03, 0.005, float("nan")])
+    assert adjusted[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02]) and math.isnan(adjusted[4])
+    metric = tables.Metric("SST-2", "task", "SST-2")
+
+    def verdict(va, vb, family=1):
+        t = tables.paired_test(metric, "a", "b", "seeds", [0, 1, 2, 3], va, vb, 100)
+        p = tables.holm([t.p_t] * family)[0]
+        return tables.dataclasses.replace(t, p_holm=p).verdict("t", 0.05)
+
+    assert verdict([70, 71, 72, 73], [72.1, 72.6, 74.5, 74.8]) == "b better"  # p = 0.002
+    assert verdict([70, 71, 72, 73], [72.1, 72.6, 74.5, 74.8], family=50) == "not settled"
+    assert verdict([70, 71, 72, 73], [70.1, 70.9, 72.2, 72.9]) == "equivalent (±1)"
+    assert verdict([70, 71, 72, 73], [72, 69, 74, 71]) == "not settled"
