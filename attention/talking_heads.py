@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 CHOICES = {
     "projections": ("both", "logits", "weights"),
     "mask_placement": ("after", "before"),
-    "init": ("fan_in", "identity"),
+    "init": ("fan_in", "truncated_fan_in", "identity"),
     "impl": ("full", "chunked"),
     "dropout_noise": ("elementwise", "shared_queries"),
 }
@@ -66,7 +66,11 @@ class TalkingHeadsConfig:
     num_value_heads: int | None = None  # h_v: value heads; None -> num_heads
     projections: str = "both"  # both | logits | weights: which of P_l (pre-), P_w (post-softmax)
     mask_placement: str = "after"  # after | before P_l (Mesh TensorFlow reference: after)
-    init: str = "fan_in"  # fan_in (reference: normal, stddev 1/sqrt(fan_in)) | identity
+    # fan_in: normal, stddev 1/sqrt(fan_in) (the default: every run and study so far used
+    # it) | truncated_fan_in: the reference's own draw (Mesh TF's VarianceScalingInitializer
+    # "normal" is a normal truncated at 2 stddev, so its spread is 0.88/sqrt(fan_in)) |
+    # identity
+    init: str = "fan_in"
     impl: str = "full"  # full | chunked (memory-efficient: query chunks, recomputed backward)
     query_chunk_size: int = 128  # queries per chunk for impl=chunked
     # Attention dropout (after P_w, as the references) draws: elementwise (tf-models, as
@@ -94,7 +98,9 @@ def mixing_init(kind: str) -> nn.initializers.Initializer:
     def init(rng, shape, dtype=jnp.float32):
         if kind == "identity":
             return jnp.eye(shape[0], shape[1], dtype=dtype)
-        # Reference: normal with stddev 1/sqrt(fan_in), fan_in = heads mixed from.
+        # fan_in = heads mixed from.
+        if kind == "truncated_fan_in":  # within 2 stddev, not rescaled: as the reference
+            return jax.random.truncated_normal(rng, -2.0, 2.0, shape, dtype) * shape[0] ** -0.5
         return jax.random.normal(rng, shape, dtype) * shape[0] ** -0.5
 
     return nn.with_logical_partitioning(init, (None, None))

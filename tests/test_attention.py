@@ -3,6 +3,7 @@ dropout placement, padding, the registry. The model around them: test_bert.py.""
 
 from __future__ import annotations
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -204,3 +205,21 @@ def test_registry_lists_both_variants_and_rejects_unknown():
     assert attention.names() == ("multi_head", "talking_heads")
     with pytest.raises(KeyError, match="unknown"):
         attention.get("linear_attention")
+
+
+def test_the_reference_truncated_mixing_init_has_scipys_truncated_spread():
+    """th_init=truncated_fan_in draws as Mesh TF's VarianceScalingInitializer: a normal
+    truncated at 2 stddev, not rescaled, so its stddev is scipy's truncnorm(-2, 2).std()
+    (0.880) / sqrt(fan_in), and no entry lies beyond 2 / sqrt(fan_in)."""
+    import scipy.stats
+
+    from attention.talking_heads import mixing_init
+
+    fan_in = 16
+    init = mixing_init("truncated_fan_in")
+    drawn = np.asarray(nn.unbox(init(jax.random.key(0), (fan_in, 40_000))))
+    expected = scipy.stats.truncnorm(-2, 2).std() / np.sqrt(fan_in)
+    assert drawn.std() == pytest.approx(expected, rel=0.01)
+    assert np.abs(drawn).max() <= 2 / np.sqrt(fan_in) + 1e-6
+    plain = np.asarray(nn.unbox(mixing_init("fan_in")(jax.random.key(0), (fan_in, 40_000))))
+    assert plain.std() == pytest.approx(1 / np.sqrt(fan_in), rel=0.01)  # the default
