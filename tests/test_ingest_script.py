@@ -41,7 +41,9 @@ def test_prepare_data_builds_what_training_then_reads(tmp_path, corpus, monkeypa
     result = prepare("--workdir", str(tmp_path / "run"),
                      *(f"--config.data.{k}={v}" for k, v in fields.items()), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith("data: tokenizer ") and "train /" in result.stdout
+    # The build's progress lines (training the vocabulary, packing), then the summary.
+    assert result.stdout.startswith("data: training a 100-token WordPiece vocabulary")
+    assert "\ndata: tokenizer " in result.stdout and "train /" in result.stdout
     assert len(list((tmp_path / "shared").glob("packed-*"))) == 1
     assert not (tmp_path / "run").exists()  # nothing in the workdir with a shared cache
 

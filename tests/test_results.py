@@ -32,7 +32,7 @@ def test_task_summary_picks_the_best_mean_learning_rate_in_results_json_format()
                    "MRPC/accuracy": {"mean": 72.0, "std": pytest.approx(2.8284271),
                                      "per_seed": [74.0, 70.0]}},
         "main": {"MRPC": 72.0}, "learning_rate_means": {"2e-05": 72.0, "3e-05": 70.0},
-        "best_run": 0}
+        "best_run": 0, "majority": {}}
     assert summary.main_per_seed() == {"MRPC": {0: 74.0, 1: 70.0}}
     one = results.TaskSummary.from_runs(glue.get_task("mnli"), [run("mnli", 2e-5, 0, 80.0)])
     assert one.main_score("MNLI-mm") == results.Score(80.0, 0.0, [80.0])
