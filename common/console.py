@@ -7,11 +7,15 @@ at INFO for log files."""
 
 from __future__ import annotations
 
-import jax
+import sys
+
 from absl import logging
 
 
 def console(message: str) -> None:
-    if jax.process_index() == 0:
+    # JAX only when the caller has it: the input pipeline (and its worker processes)
+    # import this module without needing JAX, and one process is process 0.
+    jax = sys.modules.get("jax")
+    if jax is None or jax.process_index() == 0:
         print(message, flush=True)
     logging.info("%s", message)
