@@ -163,10 +163,7 @@ def plan_step(config, topology: Topology) -> Plan:
     pretrain.validate(config)
     mesh = sharding.make_mesh(dict(config.mesh), devices(topology))
     rules = sharding.rules_from_config(config.logical_axis_rules)
-    divisor = sharding.batch_divisor(mesh, rules)
-    if config.batch_size % (divisor * config.grad_accum_steps):
-        raise FitCheckError(f"batch_size={config.batch_size} must divide by the batch shards "
-                            f"({divisor}) times grad_accum_steps ({config.grad_accum_steps})")
+    pretrain.check_batch_fits_mesh(config, mesh, rules)
     vocab = int(config.data.vocab_size)
     model_cfg = pretrain.model_config_for(config, vocab)
     model = BertForMaskedLM(model_cfg)
@@ -189,7 +186,7 @@ def plan_step(config, topology: Topology) -> Plan:
                                     sharding=sharding.batch_sharding(mesh, rules, len(shape)))
 
     ids = packing.token_dtype(vocab)
-    if masker is not None:
+    if masker is not None:  # what input_pipeline/batches.py feeds each way, in its dtypes
         batch = {"input_ids": feature((batch_size, seq_len), ids),
                  "token_type_ids": feature((batch_size, seq_len), np.int8),
                  "attention_mask": feature((batch_size, seq_len), np.int8),

@@ -201,6 +201,15 @@ def build_data(data_config: ml_collections.ConfigDict, workdir: str):
     return data or input_pipeline.from_config(data_config, workdir)
 
 
+def check_batch_fits_mesh(config: ml_collections.ConfigDict, mesh, rules) -> None:
+    divisor = sharding.batch_divisor(mesh, rules)
+    if config.batch_size % (divisor * config.grad_accum_steps):
+        raise ValueError(
+            f"batch_size={config.batch_size} must divide by the batch shards ({divisor}) "
+            f"times grad_accum_steps ({config.grad_accum_steps})"
+        )
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     """Pretrains (resuming from `workdir` if it holds checkpoints); returns the final
     metrics. Raises training.cli.Stopped when a signal stopped the run after saving it."""
@@ -220,12 +229,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     # -- mesh -----------------------------------------------------------------------
     mesh = sharding.make_mesh(dict(config.mesh))
     rules = sharding.rules_from_config(config.logical_axis_rules)
-    divisor = sharding.batch_divisor(mesh, rules)
-    if config.batch_size % (divisor * config.grad_accum_steps):
-        raise ValueError(
-            f"batch_size={config.batch_size} must divide by the batch shards ({divisor}) "
-            f"times grad_accum_steps ({config.grad_accum_steps})"
-        )
+    check_batch_fits_mesh(config, mesh, rules)
     metrics.console(f"mesh {dict(mesh.shape)} over {jax.device_count()} devices "
                     f"({jax.process_count()} processes)")
 
