@@ -130,3 +130,13 @@ def test_the_scale_table_reads_each_rows_record():
     assert lines[2] == ("| a | v4-8, data=4 | yes | 3.00 | 1.10 | 10 | 91% | "
                         "3 (1,000,000 steps) | 10 |")
     assert lines[3] == "| b | v4-8, data=4 | no | - (10.00 missing) | 1.10 | - | - | - | 5 |"
+
+
+def test_a_batch_that_the_mesh_cannot_split_is_one_error_before_compiling():
+    """The check train.py makes, on the slice's mesh (4 of the 8 fake CPU devices)."""
+    from configs import pretrain
+
+    config = pretrain.get_config("size=micro,batch=6")
+    with pytest.raises(ValueError, match=r"batch_size=6 must divide by the batch shards "
+                                         r"\(4\) times grad_accum_steps \(1\)"):
+        fit_check.plan_step(config, fit_check.parse_topology("cpu-4"))
