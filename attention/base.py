@@ -87,6 +87,16 @@ class Attention(nn.Module):
         work with this variant (called when a ModelConfig is built)."""
 
     @classmethod
+    def saved_score_bytes(cls, config: ModelConfig, element_bytes: int) -> float:
+        """Bytes per (query, key) pair that the backward pass keeps of the (B, heads, T, T)
+        tensors (models/memory.py): the softmax output, and with attention dropout its
+        1-byte mask and the dropped weights (Korthikanti et al. 2022's 5 a s^2 b at 2-byte
+        activations)."""
+        heads, values = config.num_heads, cls.value_heads(config)
+        dropout = (1 + element_bytes) * values if config.attention_dropout_rate > 0 else 0
+        return element_bytes * heads + dropout
+
+    @classmethod
     def extra_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
         """Forward matmul FLOPs per token beyond projections, logits and weights x values
         (models/flops.py), e.g. talking heads' mixing."""

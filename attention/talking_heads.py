@@ -128,6 +128,19 @@ class TalkingHeadsAttention(Attention):
                                                                      else 0))
 
     @classmethod
+    def saved_score_bytes(cls, config: ModelConfig, element_bytes: int) -> float:
+        """Multi-head's, plus the logits before P_l (its gradient reads them) and, without
+        attention dropout, the weights after P_w (the weights x values matmul reads them;
+        with dropout the dropped copy is already counted)."""
+        th = config.talking_heads
+        saved = super().saved_score_bytes(config, element_bytes)
+        if th.mix_logits:
+            saved += element_bytes * cls.logit_heads(config)
+        if th.mix_weights and config.attention_dropout_rate == 0:
+            saved += element_bytes * cls.value_heads(config)
+        return saved
+
+    @classmethod
     def check_config(cls, config: ModelConfig) -> None:
         from models.config import ConfigError  # at call time: models imports attention
 

@@ -121,15 +121,16 @@ def test_the_scale_table_reads_each_rows_record():
     fits = fit_check.Report(v4, {"data": 4, "fsdp": 1, "tensor": 1}, arguments=2 * 2**30,
                             unpadded_arguments=2 * 2**30, outputs=2 * 2**30,
                             temporaries=2**30, aliased=2 * 2**30, xla_flops=2.75e12,
-                            analytic_flops=2.5e12, bytes_accessed=1.228e9, collectives={},
-                            estimated=False)
+                            analytic_flops=2.5e12, analytic_bytes=2.5 * 2**30,
+                            bytes_accessed=1.228e9, collectives={}, estimated=False)
     refused = dataclasses.replace(fits, out_of_memory=(40 * 2**30, 30 * 2**30))
     table = fit_check.scale_table([fit_check.to_json(fits, "a", 10.0, 1_000_000),
                                    fit_check.to_json(refused, "b", 5.0, 1_000_000)])
     lines = table.splitlines()
-    assert lines[2] == ("| a | v4-8, data=4 | yes | 3.00 | 1.10 | 10 | 91% | "
+    assert lines[2] == ("| a | v4-8, data=4 | yes | 3.00 | 2.50 | 1.10 | 10 | 91% | "
                         "3 (1,000,000 steps) | 10 |")
-    assert lines[3] == "| b | v4-8, data=4 | no | - (10.00 missing) | 1.10 | - | - | - | 5 |"
+    assert lines[3] == ("| b | v4-8, data=4 | no | - (10.00 missing) | 2.50 | 1.10 | - | - | "
+                        "- | 5 |")
 
 
 def test_a_batch_that_the_mesh_cannot_split_is_one_error_before_compiling():

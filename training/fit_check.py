@@ -146,6 +146,7 @@ class Plan:
     abstract_batch: dict[str, Any]
     lowered: Any
     analytic_flops: float  # the whole step, every chip (models/flops.py)
+    analytic_bytes: float  # one chip's peak by models/memory.py (step_bytes)
 
 
 def plan_step(config, topology: Topology) -> Plan:
@@ -157,6 +158,7 @@ def plan_step(config, topology: Topology) -> Plan:
     from input_pipeline.tokenizer import SpecialIds
     from models import BertForMaskedLM
     from models.flops import flop_count
+    from models.memory import step_bytes
     from training import pretrain, sharding
     from training.optimizer import make_optimizer
 
@@ -204,7 +206,10 @@ def plan_step(config, topology: Topology) -> Plan:
         lowered = compiled.train_step.lower(compiled.abstract_state, batch)
     flops = flop_count(model_cfg, seq_len).train_step(batch_size * seq_len,
                                                       batch_size * predictions)
-    return Plan(model_cfg, mesh, compiled.abstract_state, batch, lowered, flops)
+    rows = batch_size / sharding.batch_divisor(mesh, rules)
+    peak = step_bytes(model_cfg, rows, seq_len, predictions,
+                      mesh.shape["fsdp"] * mesh.shape["tensor"]).total
+    return Plan(model_cfg, mesh, compiled.abstract_state, batch, lowered, flops, peak)
 
 
 def shard_bytes(tree: Any) -> int:
@@ -270,6 +275,7 @@ class Report:
     aliased: int  # donated arguments reused for outputs
     xla_flops: float  # per chip
     analytic_flops: float  # per chip
+    analytic_bytes: float  # per chip: models/memory.py's estimate of the peak
     bytes_accessed: float  # per chip
     collectives: dict[str, tuple[int, int]]
     estimated: bool  # memory and time from the analytic model (GPU), not XLA's TPU plan
@@ -282,9 +288,16 @@ class Report:
         return self.arguments + self.outputs + self.temporaries - self.aliased
 
     @property
+    def judged_peak(self) -> float:
+        """What fitting is judged on: XLA's TPU plan; for a GPU (estimated) the analytic
+        peak, since the CPU compile's buffer plan is not the GPU compiler's."""
+        return self.analytic_bytes if self.estimated else self.peak
+
+    @property
     def fits(self) -> bool:
         chip = self.topology.chip
-        return self.out_of_memory is None and (chip is None or self.peak <= chip.hbm_bytes)
+        return self.out_of_memory is None and (chip is None
+                                               or self.judged_peak <= chip.hbm_bytes)
 
     @property
     def missing(self) -> float:
@@ -293,7 +306,7 @@ class Report:
             needed, available = self.out_of_memory
             return needed - available
         chip = self.topology.chip
-        return max(0.0, self.peak - chip.hbm_bytes) if chip else 0.0
+        return max(0.0, self.judged_peak - chip.hbm_bytes) if chip else 0.0
 
     def step_seconds(self) -> float | None:
         """Roofline: the slower of compute at the chip's peak and memory traffic at its
@@ -320,17 +333,23 @@ class Report:
                 f"per chip: arguments {gib(self.arguments)} (state and batch at their shard "
                 f"shapes); XLA's TPU compiler refused the step: its temporaries need "
                 f"{gib(needed)}, {gib(available)} of HBM is left for them",
-                f"analytic FLOPs per chip: {self.analytic_flops:.3e}",
+                f"analytic FLOPs per chip: {self.analytic_flops:.3e}, analytic peak "
+                f"{gib(self.analytic_bytes)} (models/memory.py)",
                 f"does not fit: {gib(self.missing)} missing per chip"]
         if self.estimated:
-            out.append("(an estimate: memory and FLOPs are the CPU compile's plan for the same "
-                       "sharding, time is that at the GPU's figures; not XLA's GPU plan)")
+            out.append("(an estimate: fitting is judged on the analytic peak at the GPU's "
+                       "memory; FLOPs, bytes and collectives are the CPU compile's plan for "
+                       "the same sharding, time is that at the GPU's figures; not XLA's GPU "
+                       "plan)")
         padding = self.arguments - self.unpadded_arguments
         out += [f"per chip: arguments {gib(self.arguments)} ({gib(padding)} of it tile "
                 f"padding), outputs {gib(self.outputs)}, "
                 f"temporaries {gib(self.temporaries)}, donated {gib(self.aliased)}, "
                 f"peak {gib(self.peak)}"
                 + (f" of {gib(chip.hbm_bytes)} HBM ({chip.source})" if chip else ""),
+                f"analytic peak per chip (state + gradients + saved activations, "
+                f"models/memory.py): {gib(self.analytic_bytes)} (XLA / analytic "
+                f"{self.peak / self.analytic_bytes:.2f})",
                 f"FLOPs per chip: XLA {self.xla_flops:.3e}, analytic {self.analytic_flops:.3e} "
                 f"(XLA / analytic {self.xla_flops / self.analytic_flops:.2f})",
                 f"bytes accessed per chip: {self.bytes_accessed:.3e}",
@@ -371,7 +390,8 @@ def check(config, topology: Topology) -> Report:
         return Report(topology=topology, mesh_shape=dict(plan.mesh.shape), arguments=state,
                       unpadded_arguments=state, outputs=0, temporaries=0, aliased=0,
                       xla_flops=0.0, analytic_flops=plan.analytic_flops / topology.chips,
-                      bytes_accessed=0.0, collectives={}, estimated=False,
+                      analytic_bytes=plan.analytic_bytes, bytes_accessed=0.0, collectives={},
+                      estimated=False,
                       out_of_memory=(_gib_value(refused.group(1)),
                                      _gib_value(refused.group(2))))
     memory = compiled.memory_analysis()
@@ -386,7 +406,7 @@ def check(config, topology: Topology) -> Report:
         outputs=int(memory.output_size_in_bytes),
         temporaries=int(memory.temp_size_in_bytes), aliased=int(memory.alias_size_in_bytes),
         xla_flops=float(cost.get("flops", 0.0)),
-        analytic_flops=plan.analytic_flops / chips,
+        analytic_flops=plan.analytic_flops / chips, analytic_bytes=plan.analytic_bytes,
         bytes_accessed=float(cost.get("bytes accessed", 0.0)),
         collectives=collectives(text),
         estimated=not topology.is_tpu)
@@ -399,7 +419,8 @@ def to_json(report: Report, row: str, seconds: float, steps: int) -> dict[str, A
     return {"row": row, "topology": report.topology.name, "mesh": report.mesh_shape,
             "fits": report.fits, "peak_bytes": None if report.out_of_memory else report.peak,
             "missing_bytes": report.missing, "arguments_bytes": report.arguments,
-            "temporaries_bytes": report.temporaries, "xla_flops": report.xla_flops,
+            "temporaries_bytes": report.temporaries, "analytic_bytes": report.analytic_bytes,
+            "xla_flops": report.xla_flops,
             "analytic_flops": report.analytic_flops, "collectives": report.collectives,
             "step_seconds": step if report.fits else None,
             "mfu": report.mfu() if report.fits else None,
@@ -409,9 +430,9 @@ def to_json(report: Report, row: str, seconds: float, steps: int) -> dict[str, A
 
 def scale_table(records: list[dict[str, Any]]) -> str:
     gib = lambda b: "-" if b is None else f"{b / GiB:.2f}"  # noqa: E731
-    lines = ["| row | slice, mesh | fits | peak GiB/chip (missing) | XLA / analytic FLOPs | "
-             "roofline step ms | MFU <= | hours to steps | compile s |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| row | slice, mesh | fits | peak GiB/chip (missing) | analytic GiB | "
+             "XLA / analytic FLOPs | roofline step ms | MFU <= | hours to steps | compile s |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in records:
         mesh = ",".join(f"{k}={v}" for k, v in r["mesh"].items() if v > 1) or "1 chip"
         ratio = f"{r['xla_flops'] / r['analytic_flops']:.2f}" if r["xla_flops"] else "-"
@@ -419,7 +440,7 @@ def scale_table(records: list[dict[str, Any]]) -> str:
             f"| {r['row']} | {r['topology']}, {mesh} | {'yes' if r['fits'] else 'no'} | "
             f"{gib(r['peak_bytes'])}" + (f" ({gib(r['missing_bytes'])} missing)"
                                          if not r["fits"] else "")
-            + f" | {ratio} | "
+            + f" | {gib(r.get('analytic_bytes'))} | {ratio} | "
             + ("-" if r["step_seconds"] is None else f"{r['step_seconds'] * 1e3:.0f}")
             + " | " + ("-" if r["mfu"] is None else f"{r['mfu']:.0%}") + " | "
             + ("-" if r["hours_to_steps"] is None
