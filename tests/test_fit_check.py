@@ -141,3 +141,18 @@ def test_a_batch_that_the_mesh_cannot_split_is_one_error_before_compiling():
     with pytest.raises(ValueError, match=r"batch_size=6 must divide by the batch shards "
                                          r"\(4\) times grad_accum_steps \(1\)"):
         fit_check.plan_step(config, fit_check.parse_topology("cpu-4"))
+
+
+def test_a_gpu_estimate_is_judged_on_the_analytic_peak():
+    """h100-N: the CPU compile's buffer plan is not XLA's GPU plan, so fitting is the
+    analytic peak against the GPU's memory (80 GB)."""
+    h100 = fit_check.parse_topology("h100-8")
+    report = fit_check.Report(h100, {"data": 8, "fsdp": 1, "tensor": 1}, arguments=2**30,
+                              unpadded_arguments=2**30, outputs=2**30, temporaries=2**30,
+                              aliased=2**30, xla_flops=1e12, analytic_flops=1e12,
+                              analytic_bytes=90e9, bytes_accessed=1e9, collectives={},
+                              estimated=True)
+    assert report.peak == 2 * 2**30 and not report.fits
+    assert report.missing == pytest.approx(90e9 - h100.chip.hbm_bytes)
+    assert "judged on the analytic peak" in " ".join(report.lines())
+    assert dataclasses.replace(report, analytic_bytes=70e9).fits
