@@ -11,6 +11,8 @@ the pytest fixtures are in conftest.py.
 - GLUE:        SST2_POSITIVE/NEGATIVE/FILLER, write_sst2 (a learnable SST-2 folder);
                OFFICIAL_GLUE_FILES, write_glue_file, write_official_glue_dir (every
                task's files exactly as the official download lays them out)
+- SQuAD:       SQUAD_NAMES/SQUAD_WORDS/SQUAD_FILLER, squad_articles (a learnable rule: the answer is
+               the word after "is"), write_squad_dir (train-v1.1.json, dev-v1.1.json)
 """
 
 from __future__ import annotations
@@ -150,10 +152,10 @@ SST2_NEGATIVE = ["bad", "awful", "sad", "poor", "ugly"]
 SST2_FILLER = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "in", "park", "old", "man"]
 
 
-def write_run_corpus(directory, sst2_words: bool = False) -> str:
+def write_run_corpus(directory, sst2_words: bool = False, squad_words: bool = False) -> str:
     """DIRECTORY/corpus.txt, the tiny runs' English: 120 documents of 6 shuffled
-    RUN_SENTENCES. sst2_words appends write_sst2's words, so that a tokenizer trained
-    on it knows them (pretraining before GLUE)."""
+    RUN_SENTENCES. sst2_words (squad_words) appends write_sst2's (squad_articles') words,
+    so that a tokenizer trained on it knows them (pretraining before GLUE, SQuAD)."""
     rng = np.random.default_rng(0)
     docs = []
     for _ in range(120):
@@ -165,6 +167,11 @@ def write_run_corpus(directory, sst2_words: bool = False) -> str:
         with open(path, "a") as f:
             f.write("\n\n" + "\n".join(" ".join(SST2_POSITIVE + SST2_NEGATIVE + SST2_FILLER)
                                        for _ in range(50)))
+    if squad_words:
+        words = SQUAD_NAMES + SQUAD_WORDS + SQUAD_FILLER + [f"place{q}" for q in range(4)] + [
+            "what", "is", "the", "of", "people", "walk", "near", "every", "day", ".", "?"]
+        with open(path, "a") as f:
+            f.write("\n\n" + "\n".join(" ".join(words) for _ in range(50)))
     return path
 
 
@@ -344,3 +351,53 @@ def write_official_glue_dir(root: Path) -> Path:
         for name, text in files.items():
             write_glue_file(root, task, name, text)
     return root
+
+
+# ---------------------------------------------------------------------------------------
+# SQuAD
+# ---------------------------------------------------------------------------------------
+
+SQUAD_NAMES = ["paris", "berlin", "rome", "oslo", "lima", "cairo", "delhi", "tokyo",
+               "madrid", "vienna", "prague", "dublin"]
+SQUAD_WORDS = ["river", "market", "bridge", "garden", "tower", "harbor", "castle",
+               "museum", "station", "library", "temple", "forest"]
+SQUAD_FILLER = ["road", "wall", "gate", "shop", "park", "hill"]  # never an answer
+
+
+def squad_articles(rng: np.random.Generator, num_articles: int, questions_per: int = 3,
+                   filler: int = 4, prefix: str = "q") -> list[dict]:
+    """Articles in the official layout whose every answer is the word after "is": each
+    paragraph one sentence "the placeQ of CITY is WORD ." among up to `filler` sentences
+    on either side (no "is", no answer word), and one question on it."""
+    def fillers():
+        return [f"people walk near the {rng.choice(SQUAD_FILLER)} every day ."
+                for _ in range(int(rng.integers(0, filler + 1)))]
+
+    articles = []
+    for a in range(num_articles):
+        city = SQUAD_NAMES[a % len(SQUAD_NAMES)]
+        paragraphs = []
+        for q in range(questions_per):
+            before = " ".join(fillers())
+            answer = str(rng.choice(SQUAD_WORDS))
+            sentence = f"the place{q} of {city} is {answer} ."
+            context = " ".join(x for x in (before, sentence, " ".join(fillers())) if x)
+            start = context.index(" is ") + 4
+            paragraphs.append({"context": context, "qas": [{
+                "id": f"{prefix}{a}_{q}", "question": f"what is the place{q} of {city} ?",
+                "answers": [{"text": answer, "answer_start": start}]}]})
+        articles.append({"title": city, "paragraphs": paragraphs})
+    return articles
+
+
+def write_squad_dir(directory, rng: np.random.Generator, train_articles: int = 24,
+                    dev_articles: int = 8, filler: int = 4) -> str:
+    import json
+
+    os.makedirs(directory, exist_ok=True)
+    for name, count, prefix in (("train-v1.1.json", train_articles, "t"),
+                                ("dev-v1.1.json", dev_articles, "d")):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            json.dump({"version": "1.1", "data": squad_articles(rng, count, filler=filler,
+                                                                prefix=prefix)}, f)
+    return str(directory)
