@@ -1,10 +1,16 @@
 """BERT built from the attention registry; see models/bert.py for the parameter tree."""
 
-from models.bert import BertForMaskedLM, BertForSequenceClassification, BertModel
+from models.bert import (
+    BertForMaskedLM,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertModel,
+)
 from models.config import ConfigError, ModelConfig, TalkingHeadsConfig
 
 __all__ = [
     "BertForMaskedLM",
+    "BertForQuestionAnswering",
     "BertForSequenceClassification",
     "BertModel",
     "ConfigError",

@@ -130,3 +130,23 @@ class BertForSequenceClassification(nn.Module):
         pooled = nn.Dropout(self.config.dropout_rate)(pooled, deterministic=deterministic)
         logits = dense(self.config, self.num_labels, ("embed", None), "classifier")(pooled)
         return logits.astype(jnp.float32)
+
+
+class BertForQuestionAnswering(nn.Module):
+    """BERT + a dense layer of width 2 on every token: (B, T, 2) start and end logits of
+    the answer span (BERT's run_squad.py and Hugging Face's `qa_outputs`)."""
+
+    config: ModelConfig
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids: Array,
+        token_type_ids: Array | None = None,
+        attention_mask: Array | None = None,
+        deterministic: bool = True,
+    ) -> Array:
+        hidden, _ = BertModel(self.config, name="bert")(
+            input_ids, token_type_ids, attention_mask, deterministic)
+        logits = dense(self.config, 2, ("embed", None), "qa_outputs")(hidden)
+        return logits.astype(jnp.float32)

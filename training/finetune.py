@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import flax
@@ -203,6 +204,36 @@ def missing_test_files(task: glue.GlueTask, config) -> list[str]:
     return [str(p) for p in paths if not p.exists()]
 
 
+# -- what a run needs of its task --------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """What one fine-tuning run needs of its task beyond the data: GLUE's classifier
+    (glue_tuning) or SQuAD's span head (training/squad_finetune.py); the run, its
+    sharding, optimizer, checkpoints and results are the same code for both."""
+
+    task: Any  # .name, .dev_splits, .test_splits, .main_metric (glue.GlueTask, squad.TASK)
+    model: Callable[[ModelConfig], nn.Module]
+    objective: Any  # training/steps.py: ClassifierObjective, SpanObjective
+    predict_step: Callable[[nn.Module, Callable], Callable]  # (model, gather) -> predict
+    label_keys: tuple[str, ...]  # the batch's targets besides the model's inputs
+    # (split, predictions of its examples, run_dir) -> {metric: value}
+    score: Callable[[str, np.ndarray, str], dict[str, float]]
+    # RUN_DIR/SPLIT_predictions.npy (GLUE: per-example comparisons of runs, submissions);
+    # SQuAD's per-token logits are large and its answers are in predictions.json.
+    save_scores: bool = True
+
+
+def glue_tuning(task: glue.GlueTask, data: dict[str, dict[str, np.ndarray]]) -> Tuning:
+    return Tuning(
+        task=task, model=lambda cfg: BertForSequenceClassification(cfg, task.num_labels),
+        objective=steps.ClassifierObjective(task.is_regression),
+        predict_step=lambda model, gather: steps.make_predict_step(
+            model, task.is_regression, gather),
+        label_keys=("labels",),
+        score=lambda split, predictions, run_dir: glue.compute_metrics(
+            task, predictions, data[split]["labels"]))
+
+
 # -- one run ---------------------------------------------------------------------------
 # config.length_buckets="auto": batch lengths to choose from, up to max_seq_length. Each
 # is one compilation of the train and predict steps; a batch pads to at most 1.5x its
@@ -234,21 +265,22 @@ def length_buckets(spec: str, max_length: int) -> tuple[int, ...]:
 
 
 def batches(arrays: dict[str, np.ndarray], order: np.ndarray, batch_size: int,
-            buckets: tuple[int, ...] | None = None):
+            buckets: tuple[int, ...] | None = None, label_keys: tuple[str, ...] = ("labels",)):
     """Global batches of `batch_size` rows (the last padded with weight-0 rows). With
     `buckets`, each batch is cut to the shortest bucket its longest example fits
     (examples are padded on the right, so only padding is cut); the rows of a batch are
     the same either way, so a run stays a pure function of (seed, step)."""
-    keys = ("input_ids", "token_type_ids", "attention_mask", "labels")
+    keys = ("input_ids", "token_type_ids", "attention_mask", *label_keys)
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
         pad = batch_size - len(rows)
         batch = {k: arrays[k][np.concatenate([rows, np.zeros(pad, rows.dtype)])] for k in keys}
         batch["weights"] = np.concatenate([np.ones(len(rows)), np.zeros(pad)]).astype(np.float32)
-        if batch["labels"].dtype.kind == "f":
-            batch["labels"] = np.nan_to_num(batch["labels"])
-        else:
-            batch["labels"] = np.maximum(batch["labels"], 0)
+        if "labels" in batch:  # a missing label (test: -1 or NaN) must not reach the loss
+            if batch["labels"].dtype.kind == "f":
+                batch["labels"] = np.nan_to_num(batch["labels"])
+            else:
+                batch["labels"] = np.maximum(batch["labels"], 0)
         if buckets is not None:
             longest = int(batch["attention_mask"].sum(axis=1).max())
             width = next(b for b in buckets if b >= longest)
@@ -291,19 +323,25 @@ def epoch_order(lengths: np.ndarray, seed: int, epoch: int, batch_size: int,
 
 
 def predict_split(predict, params, arrays, batch_size: int, mesh, rules,
-                  buckets: tuple[int, ...] | None = None) -> np.ndarray:
+                  buckets: tuple[int, ...] | None = None,
+                  label_keys: tuple[str, ...] = ("labels",)) -> np.ndarray:
     """Scores of every example, in the split's order. With `buckets` the examples are
     scored shortest first (each prediction depends on its own example only), so batches
-    carry little padding."""
+    carry little padding; per-token scores (B, T, ...) of a shorter bucket are padded
+    back to the longest width with the dtype's minimum (SQuAD's span logits)."""
     count = len(arrays["input_ids"])
     order = (np.argsort(arrays["attention_mask"].sum(axis=1), kind="stable")
              if buckets is not None else np.arange(count))
     out = []
-    for batch in batches(arrays, order, batch_size, buckets):
+    for batch in batches(arrays, order, batch_size, buckets, label_keys):
         real = int(batch["weights"].sum())
         with mesh, nn.logical_axis_rules(rules):
             scores = predict(params, on_mesh(batch, mesh, rules))
         out.append(sharding.to_host(scores)[:real])
+    if out and out[0].ndim > 1:
+        width = max(o.shape[1] for o in out)
+        out = [np.pad(o, [(0, 0), (0, width - o.shape[1])] + [(0, 0)] * (o.ndim - 2),
+                      constant_values=np.finfo(o.dtype).min) for o in out]
     scores = np.concatenate(out)
     unsorted = np.empty_like(scores)
     unsorted[order] = scores
@@ -323,11 +361,12 @@ def make_mesh(config, devices=None):
     return mesh, rules
 
 
-def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rate: float,
-                 seed: int, config, run_dir: str, mesh_and_rules=None,
+def finetune_run(task: glue.GlueTask | Tuning, pretrained: Pretrained, data,
+                 learning_rate: float, seed: int, config, run_dir: str, mesh_and_rules=None,
                  preemption: PreemptionFlag | None = None) -> dict[str, Any]:
     """One (task, lr, seed) run on the mesh, with pretraining's sharded state, optimizer
-    builder and train step (training/steps.py, ClassifierObjective).
+    builder and train step (training/steps.py; the task's objective: a GLUE task's
+    classifier, or a Tuning such as SQuAD's).
 
     A SIGTERM/SIGINT (`preemption`: eval_glue.py's flag; None: this run's own) at any
     moment, training or evaluating, saves the run's state and raises Stopped; the rerun
@@ -341,7 +380,9 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
                                 mesh_and_rules, flag)
     mesh, rules = mesh_and_rules or make_mesh(config)
     os.makedirs(run_dir, exist_ok=True)
-    model = BertForSequenceClassification(pretrained.model_config, task.num_labels)
+    tuning = task if isinstance(task, Tuning) else glue_tuning(task, data)
+    task = tuning.task
+    model = tuning.model(pretrained.model_config)
     train = data["train"]
     num_train = len(train["input_ids"])
     steps_per_epoch = math.ceil(num_train / config.batch_size)
@@ -367,9 +408,9 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
     # Dropout keys fold the step into key(seed + 1), apart from the init key above.
     train_step = sharded.jit_step(steps.make_train_step(
         model, optimizer, schedule, seed + 1, prepare_params=sharded.gather,
-        objective=steps.ClassifierObjective(task.is_regression)))
+        objective=tuning.objective))
     with mesh, nn.logical_axis_rules(rules):
-        predict = jax.jit(steps.make_predict_step(model, task.is_regression, sharded.gather))
+        predict = jax.jit(tuning.predict_step(model, sharded.gather))
 
     # A preempted run left a checkpoint: continue from its step (same batches, same
     # dropout keys, since both are functions of (seed, step)).
@@ -406,7 +447,7 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
     for epoch in range(math.ceil(config.num_epochs)):
         order = epoch_order(train["attention_mask"].sum(axis=1), seed, epoch,
                             config.batch_size, config.group_by_length)
-        for batch in batches(train, order, config.batch_size, buckets):
+        for batch in batches(train, order, config.batch_size, buckets, tuning.label_keys):
             if step >= total_steps:
                 break
             if step < start:
@@ -432,14 +473,14 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
         """Every process scores (the batches span them); process 0 keeps the scores in
         RUN_DIR/SPLIT_predictions.npy (dev ones too: per-example comparisons of runs)."""
         scores = predict_split(predict, params, data[split], config.eval_batch_size, mesh,
-                               rules, buckets)
-        if jax.process_index() == 0:
+                               rules, buckets, tuning.label_keys)
+        if jax.process_index() == 0 and tuning.save_scores:
             np.save(os.path.join(run_dir, f"{split}_predictions.npy"), scores)
         return scores
 
     for split in task.dev_splits:
         stop_if_requested(f"evaluating {split}")
-        dev[split] = glue.compute_metrics(task, predictions_of(split), data[split]["labels"])
+        dev[split] = tuning.score(split, predictions_of(split), run_dir)
         writer.scalars(step, {f"{split}/{k}": v for k, v in dev[split].items()})
     for split in task.test_splits:
         stop_if_requested(f"predicting {split}")
@@ -452,7 +493,7 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
         save_fine_tuned(run_dir, step, params, pretrained, task, learning_rate, seed)
     result = results.RunResult(
         task=task.name, learning_rate=learning_rate, seed=seed, steps=step, dev=dev,
-        main=float(np.mean([glue.main_score(task, m) for m in dev.values()])),
+        main=float(np.mean([m[task.main_metric] for m in dev.values()])),
         final_train_loss=losses[-1] if losses else None)
     if jax.process_index() == 0:
         result.write(run_dir)
@@ -462,7 +503,7 @@ def finetune_run(task: glue.GlueTask, pretrained: Pretrained, data, learning_rat
 
 
 def save_fine_tuned(run_dir: str, step: int, params: Any, pretrained: Pretrained,
-                    task: glue.GlueTask, learning_rate: float, seed: int) -> None:
+                    task: Any, learning_rate: float, seed: int) -> None:
     """RUN_DIR/model/: the fine-tuned parameters and what an export needs to read them (the
     model's config, the task); a verified checkpoint as pretraining's."""
     directory = os.path.join(run_dir, FINE_TUNED_MODEL)
@@ -631,6 +672,9 @@ def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None
     }
     if config.get("group_by_length"):  # only when set: older workdirs keep their identity
         identity["group_by_length"] = True
+    for window in ("doc_stride", "max_query_length"):  # SQuAD's windows
+        if window in config:
+            identity[window] = config[window]
     path = os.path.join(workdir, "glue_identity.json")
     if os.path.exists(path):
         saved = results.read_json(path)  # a damaged one: ResultsError naming it

@@ -237,10 +237,8 @@ class TaskSummary:
     @classmethod
     def from_runs(cls, task: Any, runs: list[RunResult],
                   majority: dict[str, float] | None = None) -> TaskSummary:
-        """`task`: a glue.GlueTask. Learning rates are ranked by their mean main score;
-        ties go to the one run first."""
-        import glue
-
+        """`task`: a glue.GlueTask or squad.TASK. Learning rates are ranked by their mean
+        main score; ties go to the one run first."""
         by_lr: dict[float, list[RunResult]] = {}
         for run in runs:
             by_lr.setdefault(run.learning_rate, []).append(run)
@@ -248,7 +246,7 @@ class TaskSummary:
         best = sorted(by_lr[best_lr], key=lambda r: r.seed)
         scores = {}
         for split in task.dev_splits:
-            name = glue.score_name(task, split)
+            name = score_name(task, split)
             for metric in task.metric_names:
                 values = [r.dev[split][metric] for r in best]
                 scores[f"{name}/{metric}"] = Score(
@@ -256,8 +254,8 @@ class TaskSummary:
         return cls(
             task=task.name, best_learning_rate=best_lr, seeds=[r.seed for r in best],
             scores=scores,
-            main={glue.score_name(task, s): _mean([glue.main_score(task, r.dev[s])
-                                                   for r in best]) for s in task.dev_splits},
+            main={score_name(task, s): _mean([r.dev[s][task.main_metric] for r in best])
+                  for s in task.dev_splits},
             learning_rate_means={str(lr): _mean([r.main for r in rs])
                                  for lr, rs in sorted(by_lr.items())},
             best_run=max(best, key=lambda r: r.main).seed,
@@ -281,9 +279,7 @@ class TaskSummary:
         return {float(lr) for lr in self.learning_rate_means}
 
     def main_metric(self) -> str:
-        import glue
-
-        return glue.get_task(self.task).main_metric
+        return fine_tuning_task(self.task).main_metric
 
     def main_score(self, name: str) -> Score:
         """The main metric's Score of one score name (e.g. MNLI-mm)."""
@@ -354,6 +350,24 @@ class GlueResults:
         """The checkpoint step of `init` (PRETRAIN_WORKDIR@STEP); None for hub models."""
         _, at, step = self.init.rpartition("@")
         return int(step) if at and step.isdigit() else None
+
+
+def fine_tuning_task(name: str) -> Any:
+    """The task a results.json names: squad.TASK or a glue.GlueTask."""
+    import squad
+
+    if name == squad.TASK.name:
+        return squad.TASK
+    import glue
+
+    return glue.get_task(name)
+
+
+def score_name(task: Any, split: str) -> str:
+    """A result's column name: glue.score_name (MNLI-m, MNLI-mm, SST-2, ...) or SQuAD."""
+    import glue
+
+    return glue.score_name(task, split) if isinstance(task, glue.GlueTask) else task.name
 
 
 def _mean(values: list[float]) -> float:

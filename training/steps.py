@@ -101,6 +101,42 @@ def make_predict_step(model, regression: bool, prepare_params=lambda params: par
     return predict
 
 
+class SpanObjective:
+    """BertForQuestionAnswering: the mean of the start and end cross-entropies over the
+    window's tokens (BERT's run_squad.py), weighted per window (B,). Padding is masked
+    out of the softmax (BERT's is over all max_seq_length positions), so a window's loss
+    does not depend on how far its batch is padded: length buckets change nothing."""
+
+    sum_names = ("loss_sum", "weight")
+
+    @staticmethod
+    def weights(batch: Batch) -> jax.Array:
+        return batch["weights"]
+
+    def sums(self, model, params, batch: Batch, deterministic: bool, rng=None):
+        logits = span_logits(model, params, batch, deterministic, rng)  # (B, T, 2)
+        losses = sum(optax.softmax_cross_entropy_with_integer_labels(logits[..., i],
+                                                                     batch[name])
+                     for i, name in enumerate(("start_positions", "end_positions"))) / 2
+        return {"loss_sum": jnp.sum(losses * batch["weights"]),
+                "weight": jnp.sum(batch["weights"])}
+
+
+def span_logits(model, params, batch: Batch, deterministic: bool, rng=None) -> jax.Array:
+    logits = classifier_logits(model, params, batch, deterministic, rng)
+    padding = (batch["attention_mask"] == 0)[..., None]
+    return jnp.where(padding, jnp.finfo(logits.dtype).min, logits)
+
+
+def make_span_predict_step(model, prepare_params=lambda params: params):
+    """predict(params, batch) -> (B, T, 2) start and end logits (padding at the minimum)."""
+
+    def predict(params, batch: Batch) -> jax.Array:
+        return span_logits(model, prepare_params(params), batch, deterministic=True)
+
+    return predict
+
+
 def global_norm(tree: Any) -> jax.Array:
     return optax.global_norm(tree)
 
