@@ -98,10 +98,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
     config.logical_axis_rules = ()  # empty: training/sharding.py's DEFAULT_RULES
 
+    return apply_args(config, args, GLUE_ARGS)
+
+
+def apply_args(config: ml_collections.ConfigDict, args: dict, names: dict[str, str]
+               ) -> ml_collections.ConfigDict:
+    """Short config args (task=rte,lr=3e-5/2e-5) into their fields."""
     for key, value in args.items():
-        field = GLUE_ARGS[key]
+        field = names[key]
         if field == "learning_rates":
             value = tuple(float(v) for v in str(value).split("/")) if isinstance(
                 value, str) else (float(value),)
-        config[field] = value
+        try:
+            config[field] = value
+        except TypeError:  # ml_collections: a value of the wrong type for the field
+            raise ValueError(f"{key}={value!r}: {field} must be of type "
+                             f"{type(config[field]).__name__}") from None
     return config

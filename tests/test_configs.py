@@ -137,3 +137,13 @@ def test_rows_that_share_a_pretraining_are_checked(rows, message):
 
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         sweep_grids.check_rows(rows)
+
+
+@pytest.mark.parametrize("module, arg", [("glue", "seeds=x"), ("squad", "max_answer=x")])
+def test_a_fine_tuning_arg_of_the_wrong_type_is_one_value_error(module, arg):
+    """It was ml_collections' TypeError, a traceback out of sweep.py --glue_args."""
+    import importlib
+
+    get_config = importlib.import_module(f"configs.{module}").get_config
+    with pytest.raises(ValueError, match=rf"^{arg.split('=')[0]}='x': \w+ must be of type int"):
+        get_config(arg)
