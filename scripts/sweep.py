@@ -64,11 +64,16 @@ def define_flags() -> None:
                               "--config.FIELD=VALUE (repeatable), e.g. data.corpus=DIR; the runs "
                               "start in the repository root, so relative paths are relative to it")
     flags.DEFINE_string("glue_tasks", "all",
-                        "GLUE tasks after pretraining: comma list, all or none")
+                        "GLUE tasks after pretraining: comma list, all or none; squad "
+                        "adds SQuAD v1.1 (eval_squad.py)")
     flags.DEFINE_string("glue_args", "", "configs/glue.py args, e.g. seeds=5,max_train=2000")
     flags.DEFINE_multi_string("glue_overrides", [], "FIELD=VALUE, passed to eval_glue.py as "
                               "--config.FIELD=VALUE (repeatable)")
     flags.DEFINE_string("glue_dir", None, "GLUE TSV folder; unset: nyu-mll/glue from the hub")
+    flags.DEFINE_string("squad_dir", None, "with squad in --glue_tasks: the folder of "
+                        "train-v1.1.json and dev-v1.1.json; unset: rajpurkar/squad from the hub")
+    flags.DEFINE_string("squad_args", "", "configs/squad.py args added after --glue_args for "
+                        "SQuAD, e.g. doc_stride=64,seq_len=256")
     flags.DEFINE_list("seeds", [], "pretraining seeds, each in RUN=OUT/ROW/seed{S}; "
                       "empty: the config's seed, RUN=OUT/ROW")
     flags.DEFINE_list("rows", [], "only these rows of the grid, in the grid's order; empty: all")
@@ -84,7 +89,8 @@ def define_flags() -> None:
 
 # Arguments the sweep sets itself; a user's value would silently fight it.
 _OWN_PRETRAIN_ARGS = {"row"}
-_OWN_GLUE_ARGS = {"task", "init_from", "glue_dir"}
+_OWN_GLUE_ARGS = {"task", "init_from", "glue_dir", "squad_dir"}
+SQUAD = "SQuAD"  # the task name --glue_tasks=squad runs
 
 
 # -- what to run -------------------------------------------------------------------------
@@ -99,6 +105,8 @@ class Settings:
     glue_args: str = ""
     glue_overrides: tuple[str, ...] = ()
     glue_dir: str | None = None
+    squad_dir: str | None = None
+    squad_args: str = ""
     seeds: tuple[int | None, ...] = (None,)
     jax_cache: str | None = None
 
@@ -150,7 +158,8 @@ def resolve_glue_tasks(spec: str, glue_dir: str | None) -> tuple[list[str], list
     if spec.lower() in ("", "none"):
         return [], []
     if spec.lower() != "all":
-        names = [glue.get_task(name.strip()).name for name in spec.split(",") if name.strip()]
+        names = [SQUAD if name.strip().lower() == "squad" else glue.get_task(name.strip()).name
+                 for name in spec.split(",") if name.strip()]
         return list(dict.fromkeys(names)), []
     if not glue_dir:
         return list(glue.TASKS), []
@@ -174,6 +183,7 @@ def plan(rows: list[grids.Row], settings: Settings) -> list[Run]:
     here, so a bad argument fails before anything is launched."""
     check_user_args(settings.pretrain_args, _OWN_PRETRAIN_ARGS, "pretrain_args")
     check_user_args(settings.glue_args, _OWN_GLUE_ARGS, "glue_args")
+    check_user_args(settings.squad_args, _OWN_GLUE_ARGS, "squad_args")
     if settings.seeds != (None,):
         check_user_args(settings.pretrain_args, {"seed"}, "pretrain_args (with --seeds)")
     names = {row.name for row in rows}
@@ -190,6 +200,30 @@ def plan(rows: list[grids.Row], settings: Settings) -> list[Run]:
             planned[row.name] = plan_run(row, seed, settings, source)
             runs.append(planned[row.name])
     return runs
+
+
+def squad_step(label: str, row_glue_args: str, settings: Settings, workdir: str,
+               pretrain_workdir: str, init_step: int) -> Step:
+    """eval_squad.py for a run: the row's and sweep's fine-tuning args (GLUE's protocol
+    keys mean the same in configs/squad.py), then --squad_args."""
+    from configs import squad as squad_configs
+
+    arg = sweep_grids.join_args(row_glue_args, settings.squad_args)
+    config = squad_configs.get_config(arg)  # a bad arg fails here, before any launch
+    overrides.apply_overrides(config, list(settings.glue_overrides))
+    extra = [f"--config.squad_dir={settings.squad_dir}"] if settings.squad_dir else []
+    return Step(
+        label=f"{label} squad",
+        argv=("eval_squad.py", "--config", f"configs/squad.py:{arg}", "--workdir", workdir,
+              f"--config.init_from={pretrain_workdir}", *extra,
+              *(f"--config.{o}" for o in settings.glue_overrides)),
+        workdir=workdir, log=os.path.join(workdir, SQUAD_LOG),
+        target=results.GlueTarget(workdir, SQUAD, init_step,
+                                  tuple(float(lr) for lr in config.learning_rates),
+                                  config.num_seeds))
+
+
+SQUAD_LOG = "eval_squad.log"
 
 
 def pretrain_overrides(settings: Settings) -> list[str]:
@@ -231,6 +265,10 @@ def plan_run(row: grids.Row, seed: int | None, settings: Settings,
     glue_steps = []
     for task in settings.glue_tasks:
         workdir = results.glue_dir(directory, task)
+        if task == SQUAD:
+            glue_steps.append(squad_step(label, row_glue_args, settings, workdir,
+                                         pretrain_workdir, init_step))
+            continue
         glue_arg = sweep_grids.join_args(f"task={task}", row_glue_args)
         extra = [f"--config.glue_dir={settings.glue_dir}"] if settings.glue_dir else []
         glue_steps.append(Step(
@@ -516,7 +554,9 @@ def settings_from_flags() -> tuple[str, list[grids.Row], Settings, list[str]]:
         pretrain_overrides=tuple(map(sweep_grids.normalize_override, FLAGS.pretrain_overrides)),
         glue_tasks=tuple(tasks), glue_args=FLAGS.glue_args or grids.GLUE_PROTOCOLS.get(label, ""),
         glue_overrides=tuple(map(sweep_grids.normalize_override, FLAGS.glue_overrides)),
-        glue_dir=glue_dir, seeds=parse_seeds(FLAGS.seeds), jax_cache=cache)
+        glue_dir=glue_dir,
+        squad_dir=os.path.abspath(FLAGS.squad_dir) if FLAGS.squad_dir else None,
+        squad_args=FLAGS.squad_args, seeds=parse_seeds(FLAGS.seeds), jax_cache=cache)
     return label, rows, settings, left_out
 
 

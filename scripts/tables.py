@@ -104,7 +104,12 @@ def define_flags() -> None:
 # Paper number -> (its column, the column of ours it stands beside; None: at the end).
 PAPER_COLUMNS = {"params_m": ("params (paper)", "params @30522"),
                  "mnli": ("MNLI (paper)", "MNLI-m"),
-                 "squad_f1": ("SQuAD F1 (paper)", None)}
+                 "squad_f1": ("SQuAD F1 (paper)", "SQuAD F1")}
+# SQuAD's score names in a run's results (F1 is its results.json main score) and columns;
+# neither is part of the GLUE average.
+SQUAD_F1, SQUAD_EM = "SQuAD", "SQuAD EM"
+COLUMN_NAMES = {SQUAD_F1: "SQuAD F1"}
+NOT_AVERAGED = {"WNLI", SQUAD_F1, SQUAD_EM}
 PAPER_VOCAB = 30522  # the papers count parameters with BERT's vocabulary
 
 
@@ -151,6 +156,10 @@ def read_glue(run_directory: str) -> tuple[dict[str, dict[int, float]], float | 
     summaries = run_glue_tasks(run_directory).values()
     for summary in summaries:
         scores.update(summary.main_per_seed())
+        em = summary.scores.get(f"{SQUAD_F1}/exact_match")
+        if summary.task == SQUAD_F1 and em is not None:
+            scores[SQUAD_EM] = {int(s): float(v)
+                                for s, v in zip(summary.seeds, em.per_seed, strict=True)}
     rates = {summary.best_learning_rate for summary in summaries}
     return scores, rates.pop() if len(rates) == 1 else None
 
@@ -314,9 +323,9 @@ def build_metrics(results: list[RowResult]) -> tuple[list[Metric], list[str]]:
     per_row = [set().union(*(r.glue for r in rr.runs)) for rr in results]
     with_glue = [tasks for tasks in per_row if tasks]
     tasks = task_order(set().union(*with_glue)) if with_glue else []
-    common = set.intersection(*with_glue) - {"WNLI"} if with_glue else set()
+    common = set.intersection(*with_glue) - NOT_AVERAGED if with_glue else set()
     averaged = task_order(common)
-    metrics = [*MLM_METRICS, *(Metric(t, "task", t) for t in tasks)]
+    metrics = [*MLM_METRICS, *(Metric(COLUMN_NAMES.get(t, t), "task", t) for t in tasks)]
     if len(averaged) > 1:
         full = set(glue.metrics.BERT_AVERAGE_ENTRIES) <= common
         metrics.append(Metric("GLUE avg" if full else f"Avg ({len(averaged)} tasks)", "average"))
@@ -721,8 +730,11 @@ def notes(results: list[RowResult], averaged: list[str], test: str, alpha: float
     if len(averaged) > 1:
         lines.append(f"Average over {', '.join(averaged)} (the tasks every row has; no WNLI).")
     if any(r.row.reported for r in results):
-        lines.append("(paper): the numbers the paper reports for the row (its SQuAD F1 is "
-                     "not run here); its parameter counts use vocabulary 30522.")
+        ran_squad = any(m.key == SQUAD_F1 for m in metrics)
+        lines.append("(paper): the numbers the paper reports for the row"
+                     + ("" if ran_squad else " (its SQuAD F1 is not run here: sweep.py "
+                        "--glue_tasks ...,squad)") + "; its parameter counts use vocabulary "
+                     "30522.")
     lines.append(
         f"Significance: paired by seed id. Verdict (one rule): \"B better\" / \"A better\" "
         f"when the {'paired t-test' if test == 't' else 'Wilcoxon test'}'s p after Holm's "

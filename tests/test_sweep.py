@@ -62,6 +62,28 @@ def test_a_cpu_grid_fine_tunes_with_its_own_protocol_unless_told_otherwise(tmp_p
     assert given and all("configs/glue.py:task=SST-2,seeds=5 " in x for x in given)
 
 
+def test_squad_is_a_fine_tuning_task_of_the_sweep(tmp_path):
+    """--glue_tasks mnli,squad: one eval_squad.py per run into RUN/glue/SQuAD, with the
+    GLUE args and then --squad_args, the SQuAD folder and the row's checkpoint."""
+    out = tmp_path / "t2a"
+    result = run_script("sweep.py", ["--grid=lowrank_table2a", f"--out={out}", "--dry_run",
+                                     "--glue_tasks=mnli,squad", "--glue_args=seeds=2",
+                                     "--squad_args=doc_stride=64",
+                                     f"--squad_dir={tmp_path / 'squad'}"])
+    assert result.returncode == 0, result.stderr
+    squad = [shlex.split(x) for x in result.stdout.splitlines() if "eval_squad.py" in x]
+    assert len(squad) == 4
+    pretrain = out / "lowrank_2a_h8" / "pretrain"
+    assert squad[0][1:] == [
+        "eval_squad.py", "--config", "configs/squad.py:seeds=2,doc_stride=64", "--workdir",
+        str(out / "lowrank_2a_h8" / "glue" / "SQuAD"), f"--config.init_from={pretrain}",
+        f"--config.squad_dir={tmp_path / 'squad'}"]
+    assert "GLUE: MNLI, SQuAD" in result.stdout.splitlines()[0]
+    bad = run_script("sweep.py", ["--grid=lowrank_table2a", f"--out={out}", "--dry_run",
+                                  "--glue_tasks=squad", "--squad_args=max_answer=x"])
+    assert bad.returncode == 1 and bad.stderr.startswith("error: ")
+
+
 def script_commands(path: str) -> list[list[str]]:
     """The commands of a run script: `run LOG "$PYTHON" ARGS... || ...` lines."""
     commands = []

@@ -15,6 +15,7 @@ import scipy.stats
 from helpers import run_script
 
 import glue
+import squad
 from configs import pretrain as pretrain_configs
 from training import results
 
@@ -49,10 +50,12 @@ def fake_run(run_dir, arg: str, seed: int, eval_loss: float,
         writer.add_scalar("eval_loss", eval_loss + 2.0 / step, step)
     writer.close()
     for name, by_lr in glue_scores.items():
-        task = glue.get_task(name)
+        task = squad.TASK if name == "squad" else glue.get_task(name)
         runs = [results.RunResult(
                     task=task.name, learning_rate=lr, seed=s, steps=10,
-                    dev={split: dict.fromkeys(task.metric_names, v) for split in task.dev_splits},
+                    # SQuAD: EM 8 points below F1
+                    dev={split: {m: v - 8 * (m == "exact_match") for m in task.metric_names}
+                         for split in task.dev_splits},
                     main=v, final_train_loss=0.5)
                 for lr, scores in by_lr.items() for s, v in scores.items()]
         write_json(os.path.join(run_dir, "glue", task.name, "results.json"),
@@ -349,3 +352,33 @@ def test_holm_and_the_verdict_rule():
     assert verdict([70, 71, 72, 73], [72.1, 72.6, 74.5, 74.8], family=50) == "not settled"
     assert verdict([70, 71, 72, 73], [70.1, 70.9, 72.2, 72.9]) == "equivalent (±1)"
     assert verdict([70, 71, 72, 73], [72, 69, 74, 71]) == "not settled"
+
+
+def test_squad_stands_beside_mnli_with_the_papers_numbers_and_outside_the_average(tmp_path):
+    """Table 2A's rows with MNLI and SQuAD results (sweep.py --glue_tasks mnli,squad):
+    SQuAD F1 and EM columns, the paper's SQuAD F1 beside ours, MNLI's average alone."""
+    out = tmp_path / "sweep"
+    rng = np.random.default_rng(3)
+    f1 = {}
+    for row in ("lowrank_2a_h8", "lowrank_2a_h12"):
+        for seed in (0, 1):
+            scores = {task: {3e-5: {s: float(85 + rng.normal(0, 1)) for s in range(2)}}
+                      for task in ("mnli", "squad")}
+            f1.setdefault(row, []).append(float(np.mean(list(scores["squad"][3e-5].values()))))
+            fake_run(out / row / f"seed{seed}", f"row={row}", seed, 3.0, scores)
+    result = run_script("tables.py", [f"--out={out}", "--grid=lowrank_table2a",
+                                      "--format=md,csv"])
+    assert result.returncode == 0, result.stderr
+    lines = (out / "table.md").read_text().splitlines()
+    header = [c.strip() for c in next(x for x in lines if x.startswith("| row |")).split("|")]
+    at = header.index("SQuAD F1")
+    assert header[at + 1] == "SQuAD F1 (paper)" and "SQuAD EM" in header
+    assert header[header.index("MNLI-m") + 1] == "MNLI (paper)"
+    row = [c.strip() for c in next(x for x in lines if x.startswith("| lowrank_2a_h8 |"))
+           .split("|")]
+    mean, std = np.mean(f1["lowrank_2a_h8"]), np.std(f1["lowrank_2a_h8"], ddof=1)
+    assert row[at] == f"{mean:.1f} ± {std:.1f}" and row[at + 1] == "89.6"  # the paper's
+    assert row[header.index("SQuAD EM")] == f"{mean - 8:.1f} ± {std:.1f}"
+    table = {r["row"]: r for r in read_csv(out / "table.csv")}
+    assert "Avg (2 tasks) mean" in table["lowrank_2a_h8"]  # MNLI-m and -mm only
+    assert "SQuAD F1 is not run here" not in "\n".join(lines)
