@@ -71,15 +71,18 @@ class ModelConfig:
     # -- derived sizes -------------------------------------------------------
     @property
     def head_key_size(self) -> int:
-        """Per-head query/key width K (the low-rank paper's knob)."""
-        return self.key_size if self.key_size is not None else self.hidden_size // self.num_heads
+        """Per-head query/key width K (the low-rank paper's knob); unset, D / h_k: the
+        query/key heads share the width, as Mesh TensorFlow's talking heads do."""
+        if self.key_size is not None:
+            return self.key_size
+        return self.hidden_size // self.num_logit_heads
 
     @property
     def head_value_size(self) -> int:
-        """Per-head value width V."""
+        """Per-head value width V; unset, D / h_v (the value heads share the width)."""
         if self.value_size is not None:
             return self.value_size
-        return self.hidden_size // self.num_heads
+        return self.hidden_size // self.num_value_heads
 
     @property
     def num_logit_heads(self) -> int:
@@ -121,6 +124,19 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)
 
     # -- validation ----------------------------------------------------------
+    def _check_default_head_sizes(self) -> None:
+        """An unset key (value) size is D / h_k (D / h_v): those heads must divide D."""
+        variant = registry.get(self.attention)
+        for unset, heads, field in (
+                ("key_size", variant.logit_heads(self), "num_logit_heads"),
+                ("value_size", variant.value_heads(self), "num_value_heads")):
+            if getattr(self, unset) is not None or not isinstance(heads, int) or heads < 1 \
+                    or self.hidden_size % heads == 0:
+                continue  # a bad head count is the variant's check_config's error
+            name = "num_heads" if heads == self.num_heads else f"{self.attention}.{field}"
+            raise ConfigError(f"model.{name}={heads} does not divide model.hidden_size="
+                              f"{self.hidden_size}; set model.{unset} explicitly")
+
     def validate(self) -> None:
         def positive(name: str, value: Any) -> None:
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -132,18 +148,11 @@ class ModelConfig:
         for name in ("key_size", "value_size"):
             if getattr(self, name) is not None:
                 positive(name, getattr(self, name))
-        if (self.key_size is None or self.value_size is None) and (
-            self.hidden_size % self.num_heads
-        ):
-            unset = "key_size" if self.key_size is None else "value_size"
-            raise ConfigError(
-                f"model.num_heads={self.num_heads} does not divide "
-                f"model.hidden_size={self.hidden_size}; set model.{unset} explicitly"
-            )
         if self.attention not in registry.names():
             raise ConfigError(
                 f"model.attention={self.attention!r} is unknown; choose one of {registry.names()}"
             )
+        self._check_default_head_sizes()
         choices = {
             "attention_impl": ATTENTION_IMPLS,
             "norm_placement": NORM_PLACEMENTS,

@@ -102,7 +102,7 @@ def test_fused_path_equals_einsum_path(key_size, value_size, rng):
 @pytest.mark.slow
 @pytest.mark.parametrize("length,chunk", [(16, 4), (13, 5)])
 def test_chunked_talking_heads_equals_full_values_and_gradients(length, chunk, rng):
-    full = tiny_model_config(attention="talking_heads", key_size=12,
+    full = tiny_model_config(attention="talking_heads", key_size=12, value_size=8,
                        talking_heads={"num_logit_heads": 6, "num_value_heads": 3})
     chunked = full.replace(talking_heads=full.talking_heads.__class__(
         num_logit_heads=6, num_value_heads=3, impl="chunked", query_chunk_size=chunk))

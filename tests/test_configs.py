@@ -147,3 +147,24 @@ def test_a_fine_tuning_arg_of_the_wrong_type_is_one_value_error(module, arg):
     get_config = importlib.import_module(f"configs.{module}").get_config
     with pytest.raises(ValueError, match=rf"^{arg.split('=')[0]}='x': \w+ must be of type int"):
         get_config(arg)
+
+
+def test_the_default_key_and_value_sizes_follow_the_heads_that_use_them():
+    """Talking heads with h_k != h (or h_v != h): as the reference, K = D / h_k and
+    V = D / h_v when unset, not D / h; and a width h_k does not divide is one error
+    naming the field to set."""
+    from helpers import tiny_model_config
+
+    from models import ConfigError
+
+    cfg = tiny_model_config(hidden_size=48, num_heads=4, attention="talking_heads",
+                            talking_heads={"num_logit_heads": 6, "num_value_heads": 2})
+    assert (cfg.head_key_size, cfg.head_value_size) == (8, 24)
+    assert tiny_model_config(hidden_size=48, num_heads=4).head_key_size == 12  # multi-head
+    with pytest.raises(ConfigError, match=r"num_logit_heads=5 does not divide "
+                                          r"model.hidden_size=48; set model.key_size"):
+        tiny_model_config(hidden_size=48, num_heads=4, attention="talking_heads",
+                          talking_heads={"num_logit_heads": 5})
+    explicit = tiny_model_config(hidden_size=48, num_heads=4, key_size=4,
+                                 attention="talking_heads", talking_heads={"num_logit_heads": 5})
+    assert explicit.head_key_size == 4
