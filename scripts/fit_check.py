@@ -101,6 +101,7 @@ def run_grid(config, topology, fit_check) -> None:
 
     from configs import grids
     from configs import model as model_configs
+    from training import pretrain
     from training.files import write_json_atomic, write_text_atomic
 
     if not FLAGS.out_dir:
@@ -108,14 +109,23 @@ def run_grid(config, topology, fit_check) -> None:
     unknown = sorted(set(FLAGS.grid) - set(grids.GRIDS))
     if unknown:
         raise ValueError(f"--grid: {', '.join(unknown)} unknown; choose from {sorted(grids.GRIDS)}")
+    vocab = int(config.data.vocab_size)
     for row in (row for name in FLAGS.grid for row in grids.GRIDS[name]):
         path = os.path.join(FLAGS.out_dir, f"{row.name}.json")
-        if os.path.exists(path):
-            print(f"{row.name}: done ({path})")
-            continue
         row_config = copy.deepcopy(config)
         with row_config.unlocked():
             model_configs.apply_row(row_config.model, row.name)
+        if os.path.exists(path):
+            with open(path) as f:
+                record = json.load(f)
+            if record.get("analytic_bytes") is None:  # a record from before the count
+                mesh = record["mesh"]  # the default rules: batch over data x fsdp
+                record["analytic_bytes"] = fit_check.analytic_peak(
+                    row_config, pretrain.model_config_for(row_config, vocab),
+                    mesh["data"] * mesh["fsdp"], mesh["fsdp"] * mesh["tensor"])
+                write_json_atomic(path, record)
+            print(f"{row.name}: done ({path})")
+            continue
         start = time.perf_counter()
         report = fit_check.check(row_config, topology)
         seconds = time.perf_counter() - start

@@ -156,3 +156,54 @@ def test_a_gpu_estimate_is_judged_on_the_analytic_peak():
     assert report.missing == pytest.approx(90e9 - h100.chip.hbm_bytes)
     assert "judged on the analytic peak" in " ".join(report.lines())
     assert dataclasses.replace(report, analytic_bytes=70e9).fits
+
+
+@pytest.mark.slow
+def test_the_mesh_search_compiles_every_data_fsdp_split_and_names_the_lowest_peak():
+    """--search_mesh on a v4-8 (4 chips): data=4, 2x2 and fsdp=4 each compiled; sharding
+    the state lowers the peak, so fsdp=4 is named."""
+    pytest.importorskip("libtpu", reason='pip install -e ".[tpu-plan]"')
+    done = subprocess.run(
+        [sys.executable, "scripts/fit_check.py", "--config",
+         "configs/pretrain.py:size=mini,layers=1,batch=64", "--topology", "v4-8",
+         "--search_mesh"], cwd=REPO, capture_output=True, text=True, timeout=900,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path[1:])})
+    assert done.returncode == 0, done.stderr[-3000:]
+    splits = [line.split() for line in done.stdout.splitlines() if line.startswith("  data=")]
+    assert [s[0] for s in splits] == ["data=4,fsdp=1:", "data=2,fsdp=2:", "data=1,fsdp=4:"]
+    peaks = [float(s[2]) for s in splits]  # "  data=4,fsdp=1: peak 0.04 GiB, ..."
+    assert peaks[2] <= peaks[1] <= peaks[0]
+    assert done.stdout.splitlines()[-1].startswith("lowest peak: --mesh data=1,fsdp=4 ")
+
+
+@pytest.mark.slow
+def test_a_grids_records_are_skipped_and_given_the_analytic_peak_they_lack(tmp_path):
+    """--grid on records written before the analytic count: nothing is compiled, each
+    record gains models/memory.py's peak for its row and mesh, and the table has it."""
+    import json
+
+    from configs import grids
+
+    record = {"topology": "v4-8", "mesh": {"data": 4, "fsdp": 1, "tensor": 1}, "fits": True,
+              "peak_bytes": 4 * 2**30, "missing_bytes": 0.0, "arguments_bytes": 2**30,
+              "temporaries_bytes": 3 * 2**30, "xla_flops": 4e12, "analytic_flops": 4e12,
+              "collectives": {}, "step_seconds": 0.05, "mfu": 0.3, "hours_to_steps": 14.0,
+              "steps": 1_000_000, "compile_seconds": 200.0}
+    rows = [row.name for row in grids.GRIDS["talking_heads"]]
+    for name in rows:
+        (tmp_path / f"{name}.json").write_text(json.dumps({"row": name, **record}))
+    done = subprocess.run(
+        [sys.executable, "scripts/fit_check.py", "--config",
+         "configs/pretrain.py:batch=256,seq_len=128,dtype=bfloat16",
+         "--config.data.vocab_size=30522", "--topology", "v4-8", "--grid", "talking_heads",
+         "--out_dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path[1:])})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert all(line.endswith(".json)") for line in done.stdout.splitlines()[:len(rows)])
+    peaks = {n: json.loads((tmp_path / f"{n}.json").read_text())["analytic_bytes"] for n in rows}
+    # BERT-base, 64 sequences per chip: 4.54 GiB at 6 heads (docs/SCALE.md), and talking
+    # heads above multi-head at the same heads
+    assert peaks["th_base_mh_h6"] / 2**30 == pytest.approx(4.54, abs=0.01)
+    assert peaks["th_base_th_h48"] > peaks["th_base_mh_h48"] > peaks["th_base_mh_h6"]
+    assert "| th_base_mh_h6 | v4-8, data=4 | yes | 4.00 | 4.54 |" in (
+        tmp_path / "table.md").read_text()

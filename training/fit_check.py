@@ -158,7 +158,6 @@ def plan_step(config, topology: Topology) -> Plan:
     from input_pipeline.tokenizer import SpecialIds
     from models import BertForMaskedLM
     from models.flops import flop_count
-    from models.memory import step_bytes
     from training import pretrain, sharding
     from training.optimizer import make_optimizer
 
@@ -206,10 +205,18 @@ def plan_step(config, topology: Topology) -> Plan:
         lowered = compiled.train_step.lower(compiled.abstract_state, batch)
     flops = flop_count(model_cfg, seq_len).train_step(batch_size * seq_len,
                                                       batch_size * predictions)
-    rows = batch_size / sharding.batch_divisor(mesh, rules)
-    peak = step_bytes(model_cfg, rows, seq_len, predictions,
-                      mesh.shape["fsdp"] * mesh.shape["tensor"]).total
+    peak = analytic_peak(config, model_cfg, sharding.batch_divisor(mesh, rules),
+                         mesh.shape["fsdp"] * mesh.shape["tensor"])
     return Plan(model_cfg, mesh, compiled.abstract_state, batch, lowered, flops, peak)
+
+
+def analytic_peak(config, model_cfg, batch_shards: int, parameter_shards: int) -> float:
+    """models/memory.py's peak per chip: the batch split `batch_shards` ways, the
+    parameters `parameter_shards` ways (fsdp x tensor)."""
+    from models.memory import step_bytes
+
+    return step_bytes(model_cfg, config.batch_size / batch_shards, config.data.max_seq_length,
+                      config.data.max_predictions_per_seq, parameter_shards).total
 
 
 def shard_bytes(tree: Any) -> int:
