@@ -58,8 +58,8 @@ class BertAblationConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.layer_norm_eps = layer_norm_eps
         self.attention = attention  # multi_head | talking_heads
-        self.key_size = key_size  # per-head query/key width; None: hidden/heads
-        self.value_size = value_size  # per-head value width; None: hidden/heads
+        self.key_size = key_size  # per-head query/key width; None: hidden/logit heads
+        self.value_size = value_size  # per-head value width; None: hidden/value heads
         self.norm_placement = norm_placement  # post (BERT) | pre (LayerNorm before sublayers)
         # num_logit_heads, num_value_heads, projections (both|logits|weights),
         # mask_placement (after|before): the JAX model's model.talking_heads.* fields.
@@ -68,11 +68,11 @@ class BertAblationConfig(PretrainedConfig):
     # -- the head counts and sizes, derived as models/config.py derives them ----------
     @property
     def head_key_size(self) -> int:
-        return self.key_size or self.hidden_size // self.num_attention_heads
+        return self.key_size or self.hidden_size // self.logit_heads
 
     @property
     def head_value_size(self) -> int:
-        return self.value_size or self.hidden_size // self.num_attention_heads
+        return self.value_size or self.hidden_size // self.value_heads
 
     def _mixes(self, which: str) -> bool:
         return (self.attention == "talking_heads"
