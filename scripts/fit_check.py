@@ -134,8 +134,9 @@ def run_grid(config, topology, fit_check) -> None:
         seconds = time.perf_counter() - start
         print(f"{row.name}: " + "; ".join(report.lines()[1:]), flush=True)
         write_json_atomic(path, fit_check.to_json(report, row.name, seconds, FLAGS.steps))
-        # Each compiled step stays in JAX's caches: a 20-row grid grew past 24 GB of host
-        # memory (and was killed) before they were cleared between rows.
+        # Each compiled step stays in JAX's caches: without clearing them the v4-8 grid
+        # grew to 24 GB of host memory after 12 rows and was killed (it resumed from its
+        # records); cleared, the next row starts from one row's worth.
         jax.clear_caches()
         gc.collect()
     records = []
