@@ -6,6 +6,7 @@ Einsum and shape letters, one legend for the whole project (files refer here):
   N query/key heads   H softmax heads                    G value heads
   K key size (per-head query/key width)                  V value size (per-head value width)
   P masked (predicted) positions per sequence
+  R head groups (talking heads' block-diagonal mixing); n, h: heads per group
 For multi-head attention N = H = G; talking heads calls them h_k, h, h_v. The
 vocabulary size is written out as `vocab`, never a letter (V is the value size).
 """

@@ -14,6 +14,14 @@ P_l and P_w have no bias and start from a fan-in scaled normal; either can be
 switched off (`projections`), initialised to the identity, or the mask moved
 before P_l. Composes with any key_size/value_size.
 
+Grouped mixing (`groups` R > 1, Mesh TF's shared head dimension): the heads fall
+into R groups and each mixes only within its group, so P_l and P_w are block
+diagonal, stored as their blocks (R, N/R, H/R) and (R, H/R, G/R) with the group axis
+on the `heads` mesh axis: a tensor-parallel shard holds whole groups and mixes
+without exchanging heads. R = 1 is the full mixing above (parameters (N, H), (H, G)
+as before); R = N = H = G leaves one scalar per head, multi-head attention up to the
+scale of each head's logits and weights.
+
 Dropout hits the mixed weights U, as in both references (Mesh TF's
 `attention_internal`, tf-models' `TalkingHeadsAttention._compute_attention`).
 Its noise shape is a setting: `dropout_noise="elementwise"` (default) drops each
@@ -76,6 +84,7 @@ class TalkingHeadsConfig:
     # Attention dropout (after P_w, as the references) draws: elementwise (tf-models, as
     # multi-head) | shared_queries (Mesh TF: one mask per batch, head and key).
     dropout_noise: str = "elementwise"
+    groups: int = 1  # R: block-diagonal mixing within R groups of heads (1: full mixing)
 
     @property
     def mix_logits(self) -> bool:
@@ -91,19 +100,33 @@ SHORT_ARGS = {
     "th_logit_heads": "num_logit_heads", "th_value_heads": "num_value_heads",
     "th_projections": "projections", "th_mask": "mask_placement", "th_init": "init",
     "th_impl": "impl", "th_chunk": "query_chunk_size", "th_dropout_noise": "dropout_noise",
+    "th_groups": "groups",
 }
 
 
-def mixing_init(kind: str) -> nn.initializers.Initializer:
+def mixing_init(kind: str, grouped: bool = False) -> nn.initializers.Initializer:
+    """P[from, to], or grouped its blocks P[R, from, to]: fan_in = the heads mixed from."""
     def init(rng, shape, dtype=jnp.float32):
         if kind == "identity":
-            return jnp.eye(shape[0], shape[1], dtype=dtype)
-        # fan_in = heads mixed from.
+            return jnp.broadcast_to(jnp.eye(shape[-2], shape[-1], dtype=dtype), shape)
         if kind == "truncated_fan_in":  # within 2 stddev, not rescaled: as the reference
-            return jax.random.truncated_normal(rng, -2.0, 2.0, shape, dtype) * shape[0] ** -0.5
-        return jax.random.normal(rng, shape, dtype) * shape[0] ** -0.5
+            return jax.random.truncated_normal(rng, -2.0, 2.0, shape, dtype) * shape[-2] ** -0.5
+        return jax.random.normal(rng, shape, dtype) * shape[-2] ** -0.5
 
-    return nn.with_logical_partitioning(init, (None, None))
+    # Grouped: the group axis is a head axis (tensor-parallel shards hold whole groups).
+    return nn.with_logical_partitioning(init, ("heads", None, None) if grouped else (None, None))
+
+
+def mix_heads(x: jax.Array, p: jax.Array) -> jax.Array:
+    """(B, from heads, T, S) x P -> (B, to heads, T, S); P is (from, to) or its diagonal
+    blocks (R, from/R, to/R), each group of heads mixing only within itself."""
+    if p.ndim == 2:
+        return jnp.einsum("BNTS,NH->BHTS", x, p)
+    batch, heads, queries, keys = x.shape
+    groups = p.shape[0]
+    x = x.reshape(batch, groups, heads // groups, queries, keys)
+    y = jnp.einsum("BRnTS,Rnh->BRhTS", x, p)
+    return y.reshape(batch, groups * p.shape[2], queries, keys)
 
 
 @register("talking_heads", settings=TalkingHeadsConfig, short_args=SHORT_ARGS,
@@ -121,11 +144,11 @@ class TalkingHeadsAttention(Attention):
 
     @classmethod
     def extra_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
-        """P_l and P_w mixing: 2 n (N H + H G) per token."""
+        """P_l and P_w mixing: 2 n (N H + H G) / R per token (R groups)."""
         th = config.talking_heads
         n_qk, h, g = cls.logit_heads(config), config.num_heads, cls.value_heads(config)
         return 2 * seq_len * ((n_qk * h if th.mix_logits else 0) + (h * g if th.mix_weights
-                                                                     else 0))
+                                                                     else 0)) / th.groups
 
     @classmethod
     def saved_score_bytes(cls, config: ModelConfig, element_bytes: int) -> float:
@@ -149,7 +172,7 @@ class TalkingHeadsAttention(Attention):
             if getattr(th, name) not in allowed:
                 raise ConfigError(f"model.talking_heads.{name}={getattr(th, name)!r} is "
                                   f"unknown; choose one of {allowed}")
-        for name in ("num_logit_heads", "num_value_heads", "query_chunk_size"):
+        for name in ("num_logit_heads", "num_value_heads", "query_chunk_size", "groups"):
             value = getattr(th, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ConfigError(
@@ -165,6 +188,12 @@ class TalkingHeadsAttention(Attention):
                 "model.talking_heads.num_value_heads differs from num_heads but "
                 f"projections={th.projections!r} has no weights projection to map between them")
         heads = (cls.logit_heads(config), config.num_heads, cls.value_heads(config))
+        for name, count in zip(("num_logit_heads", "num_heads", "num_value_heads"), heads,
+                               strict=True):
+            if count % th.groups:
+                raise ConfigError(
+                    f"model.talking_heads.groups={th.groups} does not divide the "
+                    f"{count} heads of {name}: each group mixes a share of every head kind")
         if th.init == "identity" and len(set(heads)) > 1:
             raise ConfigError(
                 "model.talking_heads.init='identity' needs num_logit_heads == num_heads == "
@@ -177,16 +206,15 @@ class TalkingHeadsAttention(Attention):
             cfg.num_heads,
             cfg.num_value_heads,
         )
-        p_logits = (
-            self.param("logits_mixing", mixing_init(th.init), (logit_heads, softmax_heads))
-            if th.mix_logits
-            else None
-        )
-        p_weights = (
-            self.param("weights_mixing", mixing_init(th.init), (softmax_heads, value_heads))
-            if th.mix_weights
-            else None
-        )
+        def mixing(name: str, heads_from: int, heads_to: int):
+            groups = th.groups
+            shape = ((heads_from, heads_to) if groups == 1
+                     else (groups, heads_from // groups, heads_to // groups))
+            return self.param(name, mixing_init(th.init, groups > 1), shape)
+
+        p_logits = mixing("logits_mixing", logit_heads, softmax_heads) if th.mix_logits else None
+        p_weights = (mixing("weights_mixing", softmax_heads, value_heads) if th.mix_weights
+                     else None)
         dropout_rng = self.dropout_rng(deterministic)
         core = _Core(
             mask_before=th.mask_placement == "before",
@@ -217,7 +245,7 @@ class _Core:
         if self.mask_before:
             logits = logits + bias
         if p_logits is not None:
-            logits = jnp.einsum("BNTS,NH->BHTS", logits, p_logits.astype(jnp.float32))
+            logits = mix_heads(logits, p_logits.astype(jnp.float32))
         if self.mask_before:
             # A head mixture of masked logits can cancel or flip the bias, so the
             # padded keys are masked again; real keys are unaffected either way.
@@ -226,7 +254,7 @@ class _Core:
             logits = logits + bias
         weights = softmax_weights(logits)  # (B, H, T, S)
         if p_weights is not None:
-            weights = jnp.einsum("BHTS,HG->BGTS", weights, p_weights.astype(jnp.float32))
+            weights = mix_heads(weights, p_weights.astype(jnp.float32))
         weights = dropout_weights(weights, self.dropout_rate, dropout_rng,
                                   self.broadcast_queries)
         return apply_weights(weights, value)  # (B, T, G, V)

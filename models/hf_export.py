@@ -29,6 +29,15 @@ import numpy as np
 
 from models.config import ModelConfig
 
+
+def full_mixing(p: Any) -> np.ndarray:
+    """Talking heads' mixing matrix; grouped blocks (R, n, h) as their block-diagonal
+    (R n, R h) matrix, which computes the same mixing."""
+    import scipy.linalg
+
+    p = np.asarray(p)
+    return scipy.linalg.block_diag(*p) if p.ndim == 3 else p
+
 MODELING_FILE = "modeling_bert_ablation.py"
 ABLATION_MODEL_TYPE = "bert_ablation"
 # The ablation classes transformers' Auto* factories build from the copied file.
@@ -81,8 +90,8 @@ def hf_config(config: ModelConfig, labels: Sequence[str] | None = None,
             value_size=config.value_size, norm_placement=config.norm_placement,
             auto_map={auto: f"{Path(MODELING_FILE).stem}.{cls}"
                       for auto, cls in ABLATION_AUTO_MAP.items()})
-        if config.attention == "talking_heads":
-            out["talking_heads"] = dataclasses.asdict(config.talking_heads)
+        if config.attention == "talking_heads":  # grouped blocks go out as full matrices
+            out["talking_heads"] = dataclasses.asdict(config.talking_heads) | {"groups": 1}
     if regression:
         out.update(num_labels=1, problem_type="regression", id2label={0: "score"},
                    label2id={"score": 0})
@@ -125,8 +134,8 @@ def to_state_dict(params: Mapping[str, Any], config: ModelConfig) -> dict[str, n
         for name in ("query", "key", "value"):
             linear(f"{p}.attention.self.{name}", attention[name])
         for name in ("logits_mixing", "weights_mixing"):
-            if name in attention:
-                put(f"{p}.attention.self.{name}", attention[name])
+            if name in attention:  # grouped: its block-diagonal matrix, the same function
+                put(f"{p}.attention.self.{name}", full_mixing(attention[name]))
         linear(f"{p}.attention.output.dense", attention["out"], in_axes=2)
         norm(f"{p}.attention.output.LayerNorm", layer["attention_norm"])
         linear(f"{p}.intermediate.dense", layer["mlp"]["intermediate"])

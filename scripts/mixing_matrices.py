@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from absl import app, flags, logging
 
+from models.hf_export import full_mixing
 from training.files import write_json_atomic
 
 FLAGS = flags.FLAGS
@@ -74,7 +75,7 @@ def find_mixings(tree: Any, path: tuple[str, ...] = ()) -> dict[str, np.ndarray]
     elif path and path[-1] in MIXINGS:
         start = path.index("encoder") + 1 if "encoder" in path else 0
         kept = [p for p in path[start:] if p != "attention"]
-        found["/".join(kept)] = np.asarray(tree)
+        found["/".join(kept)] = full_mixing(tree)  # grouped: its block-diagonal matrix
     return found
 
 

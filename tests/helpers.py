@@ -11,6 +11,8 @@ the pytest fixtures are in conftest.py.
 - GLUE:        SST2_POSITIVE/NEGATIVE/FILLER, write_sst2 (a learnable SST-2 folder);
                OFFICIAL_GLUE_FILES, write_glue_file, write_official_glue_dir (every
                task's files exactly as the official download lays them out)
+- Sharding:    sharding_config, mlm_batch, run_mlm_steps, one_device_mlm_run (the same
+               steps on a mesh of the 8 fake devices and on one device)
 - SQuAD:       SQUAD_NAMES/SQUAD_WORDS/SQUAD_FILLER, squad_articles (a learnable rule: the answer is
                the word after "is"), write_squad_dir (train-v1.1.json, dev-v1.1.json)
 """
@@ -401,3 +403,80 @@ def write_squad_dir(directory, rng: np.random.Generator, train_articles: int = 2
             json.dump({"version": "1.1", "data": squad_articles(rng, count, filler=filler,
                                                                 prefix=prefix)}, f)
     return str(directory)
+
+
+# ---------------------------------------------------------------------------------------
+# Sharded MLM steps (a mesh of the 8 fake devices against one device)
+# ---------------------------------------------------------------------------------------
+
+
+def sharding_config(attention: str):
+    config = pretrain.get_config(f"size=micro,attention={attention}")
+    config.model.update(num_layers=2, hidden_size=32, num_heads=4, mlp_dim=64, vocab_size=64,
+                        max_position_embeddings=16, dropout_rate=0.0,
+                        attention_dropout_rate=0.0)
+    config.data.max_seq_length = 16
+    config.data.max_predictions_per_seq = 4
+    config.batch_size = 8
+    config.num_train_steps = 10
+    config.optimizer.warmup_steps = 0
+    return config
+
+
+def mlm_batch(batch: int, length: int, predictions: int, vocab: int) -> dict:
+    rng = np.random.default_rng(0)
+    mask = np.ones((batch, length), np.int32)
+    mask[::2, 12:] = 0
+    return {
+        "input_ids": rng.integers(5, vocab, (batch, length)).astype(np.int32),
+        "token_type_ids": np.zeros((batch, length), np.int32),
+        "attention_mask": mask,
+        "masked_positions": rng.integers(1, 10, (batch, predictions)).astype(np.int32),
+        "masked_ids": rng.integers(5, vocab, (batch, predictions)).astype(np.int32),
+        "masked_weights": np.ones((batch, predictions), np.float32),
+    }
+
+
+def run_mlm_steps(config, mesh_spec, devices, num_steps=2, device_masking=False):
+    from input_pipeline.device_masking import DeviceMasker
+    from input_pipeline.tokenizer import SpecialIds
+    from models import BertForMaskedLM
+    from training import sharding
+    from training.optimizer import make_optimizer
+    from training.pretrain import compile_for_mesh
+
+    model = BertForMaskedLM(ModelConfig.from_config(config.model))
+    optimizer, schedule = make_optimizer(config.optimizer, config.num_train_steps)
+    mesh = sharding.make_mesh(mesh_spec, devices)
+    rules = sharding.DEFAULT_RULES
+    masker = None
+    batch = mlm_batch(8, 16, 4, 64)
+    if device_masking:  # unmasked rows; the step masks them from each row's stream
+        masker = DeviceMasker(SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4), 64, 4)
+        batch = {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+        batch["mask_stream"] = np.stack([np.zeros(8), np.ones(8), np.full(8, 3),
+                                         np.arange(8)], axis=1).astype(np.int32)
+    compiled = compile_for_mesh(model, optimizer, schedule, config, mesh, rules, masker)
+    with mesh:
+        state = compiled.init_fn(jax.random.key(0))
+    history = []
+    for _ in range(num_steps):
+        global_batch = sharding.host_batch_to_global(batch, mesh, rules)
+        with mesh:
+            state, metrics = compiled.train_step(state, global_batch)
+        history.append(jax.device_get(metrics))
+    return state, history
+
+
+_ONE_DEVICE_RUNS: dict = {}
+
+
+def one_device_mlm_run(config, device_masking=False):
+    """run_steps on one device, once per (config, masking) in a session: the multi-head
+    sharding test and the accumulation test compare against the same one-device run,
+    and both device-masking cases against its masking twin; each is trained once."""
+    key = (config.to_json(), device_masking)
+    if key not in _ONE_DEVICE_RUNS:
+        _ONE_DEVICE_RUNS[key] = run_mlm_steps(config, {"data": 1}, jax.devices()[:1],
+                                          device_masking=device_masking)
+    return _ONE_DEVICE_RUNS[key]

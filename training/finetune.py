@@ -135,7 +135,7 @@ def with_talking_heads_at_identity(model_config: ModelConfig, bert: dict[str, An
                          f"{model_config.attention}")
     settings = dataclasses.replace(model_config.talking_heads, init="identity",
                                    num_logit_heads=None, num_value_heads=None,
-                                   projections="both")
+                                   projections="both", groups=1)
     model_config = model_config.replace(attention="talking_heads", talking_heads=settings)
     eye = np.eye(model_config.num_heads, dtype=np.float32)
     encoder = {name: dict(layer) for name, layer in bert["encoder"].items()}
