@@ -147,6 +147,7 @@ def test_the_hub_split_is_read_through_datasets(monkeypatch):
     assert asked == [("rajpurkar/squad", "validation"), ("rajpurkar/squad", "train")]
 
 
+@pytest.mark.slow
 def test_a_broken_squad_file_is_one_error_line_and_no_results(tmp_path):
     squad_dir = tmp_path / "squad"
     squad_dir.mkdir()
