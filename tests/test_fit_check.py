@@ -21,31 +21,35 @@ from configs import pretrain
 from training import fit_check
 topology = fit_check.parse_topology(sys.argv[1])
 fit_check.prepare_environment(topology)
-config = pretrain.get_config(sys.argv[2])
-config.mesh.update(json.loads(sys.argv[3]))
-plan = fit_check.plan_step(config, topology)
-report = fit_check.check(config, topology)
-import jax, numpy as np
-ours = sorted((np.dtype(leaf.dtype).name, list(leaf.sharding.shard_shape(leaf.shape)))
-              for leaf in jax.tree.leaves((plan.abstract_state, plan.abstract_batch)))
-kinds = {"f32": "float32", "s32": "int32", "u16": "uint16", "s8": "int8", "u32": "uint32"}
-xla = sorted((kinds[k], list(shape)) for k, shape in
-             fit_check.entry_parameters(plan.lowered.compile().as_text()))
-print(json.dumps({"arguments": report.arguments, "unpadded": report.unpadded_arguments,
-                  "xla_flops": report.xla_flops, "analytic_flops": report.analytic_flops,
-                  "fits": report.fits, "state_bytes": fit_check.shard_bytes(plan.abstract_state),
-                  "ours": ours, "xla": xla,
-                  "mesh": report.mesh_shape, "collectives": report.collectives}))
+out = []
+for mesh in json.loads(sys.argv[3]):  # one process, one libtpu start, for every mesh
+    config = pretrain.get_config(sys.argv[2])
+    config.mesh.update(mesh)
+    plan = fit_check.plan_step(config, topology)
+    compiled = plan.lowered.compile()
+    report = fit_check.report_of(plan, topology, compiled)
+    import jax, numpy as np
+    ours = sorted((np.dtype(leaf.dtype).name, list(leaf.sharding.shard_shape(leaf.shape)))
+                  for leaf in jax.tree.leaves((plan.abstract_state, plan.abstract_batch)))
+    kinds = {"f32": "float32", "s32": "int32", "u16": "uint16", "s8": "int8", "u32": "uint32"}
+    xla = sorted((kinds[k], list(shape)) for k, shape in
+                 fit_check.entry_parameters(compiled.as_text()))
+    out.append({"arguments": report.arguments, "unpadded": report.unpadded_arguments,
+                "xla_flops": report.xla_flops, "analytic_flops": report.analytic_flops,
+                "fits": report.fits, "state_bytes": fit_check.shard_bytes(plan.abstract_state),
+                "ours": ours, "xla": xla,
+                "mesh": report.mesh_shape, "collectives": report.collectives})
+print(json.dumps(out))
 """
 
 
-def run_check(topology: str, args: str, mesh: dict) -> dict:
+def run_check(topology: str, args: str, meshes: list[dict]) -> list[dict]:
     """In a fresh process: JAX_PLATFORMS and libtpu's environment are set before JAX
     starts (conftest's 8 fake CPU devices must not leak in)."""
     import json
 
     pytest.importorskip("libtpu", reason='pip install -e ".[tpu-plan]"')
-    done = subprocess.run([sys.executable, "-c", TPU_CHECK, topology, args, json.dumps(mesh)],
+    done = subprocess.run([sys.executable, "-c", TPU_CHECK, topology, args, json.dumps(meshes)],
                           cwd=REPO,
                           capture_output=True, text=True, timeout=900,
                           env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(
@@ -63,8 +67,7 @@ def test_a_small_row_compiled_for_a_v4_slice_matches_the_analytic_count_and_its_
     our NamedShardings give (jit drops unused arguments: only a scalar may be missing),
     and XLA's argument bytes are those plus TPU tile padding (under 10%)."""
     state = {}
-    for mesh in ({}, {"data": 1, "fsdp": 4}):
-        got = run_check("v4-8", "size=mini,layers=1,batch=64", mesh)
+    for got in run_check("v4-8", "size=mini,layers=1,batch=64", [{}, {"data": 1, "fsdp": 4}]):
         assert got["fits"]
         assert got["xla_flops"] == pytest.approx(got["analytic_flops"], rel=0.15)
         ours, xla = [tuple(map(str, x)) for x in got["ours"]], [tuple(map(str, x))

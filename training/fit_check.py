@@ -386,9 +386,13 @@ def _gib_value(text: str) -> float:
 
 def check(config, topology: Topology) -> Report:
     """Compiles and reads the plan: call prepare_environment(topology) first."""
-    plan = plan_step(config, topology)
+    return report_of(plan_step(config, topology), topology)
+
+
+def report_of(plan: Plan, topology: Topology, compiled: Any = None) -> Report:
+    """The report of a lowered step, compiling it unless `compiled` is given."""
     try:
-        compiled = plan.lowered.compile()
+        compiled = compiled or plan.lowered.compile()
     except Exception as e:  # jax.errors.JaxRuntimeError; the TPU compiler's OOM is an answer
         refused = _OUT_OF_MEMORY.search(str(e))
         if refused is None:
