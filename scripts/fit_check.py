@@ -160,18 +160,20 @@ def search_mesh(config, topology, fit_check) -> bool:
         if config.batch_size % (topology.chips * config.grad_accum_steps) == 0:
             report = fit_check.check(config, topology)
             results.append((fsdp, report))
+            seconds = report.step_seconds()  # None on host devices (no chip figures)
             print(f"  data={topology.chips // fsdp},fsdp={fsdp}: " + (
-                f"peak {report.peak / fit_check.GiB:.2f} GiB, roofline "
-                f"{report.step_seconds() * 1e3:.3g} ms" if report.fits else
-                f"{report.missing / fit_check.GiB:.2f} GiB missing"), flush=True)
+                f"peak {report.judged_peak / fit_check.GiB:.2f} GiB"
+                + (f", roofline {seconds * 1e3:.3g} ms" if seconds else "")
+                if report.fits else f"{report.missing / fit_check.GiB:.2f} GiB missing"),
+                flush=True)
         fsdp *= 2
     fitting = [(fsdp, r) for fsdp, r in results if r.fits]
     if not fitting:
         print("no data x fsdp split fits: a larger slice, a smaller batch, or remat")
         return False
-    fsdp, best = min(fitting, key=lambda item: item[1].peak)
+    fsdp, best = min(fitting, key=lambda item: item[1].judged_peak)
     print(f"lowest peak: --mesh data={topology.chips // fsdp},fsdp={fsdp} "
-          f"({best.peak / fit_check.GiB:.2f} GiB per chip)")
+          f"({best.judged_peak / fit_check.GiB:.2f} GiB per chip)")
     return True
 
 

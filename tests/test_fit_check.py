@@ -163,18 +163,19 @@ def test_a_gpu_estimate_is_judged_on_the_analytic_peak():
 
 @pytest.mark.slow
 def test_the_mesh_search_compiles_every_data_fsdp_split_and_names_the_lowest_peak():
-    """--search_mesh on a v4-8 (4 chips): data=4, 2x2 and fsdp=4 each compiled; sharding
-    the state lowers the peak, so fsdp=4 is named."""
-    pytest.importorskip("libtpu", reason='pip install -e ".[tpu-plan]"')
+    """--search_mesh over 4 host devices (the search is the same for a TPU slice, whose
+    compile the small-row test covers; on host devices it crashed on the missing
+    roofline): data=4, 2x2 and fsdp=4 each compiled; sharding the state lowers the peak,
+    so fsdp=4 is named."""
     done = subprocess.run(
         [sys.executable, "scripts/fit_check.py", "--config",
-         "configs/pretrain.py:size=mini,layers=1,batch=64", "--topology", "v4-8",
+         "configs/pretrain.py:size=mini,layers=1,batch=64", "--topology", "cpu-4",
          "--search_mesh"], cwd=REPO, capture_output=True, text=True, timeout=900,
         env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path[1:])})
     assert done.returncode == 0, done.stderr[-3000:]
     splits = [line.split() for line in done.stdout.splitlines() if line.startswith("  data=")]
     assert [s[0] for s in splits] == ["data=4,fsdp=1:", "data=2,fsdp=2:", "data=1,fsdp=4:"]
-    peaks = [float(s[2]) for s in splits]  # "  data=4,fsdp=1: peak 0.04 GiB, ..."
+    peaks = [float(s[2]) for s in splits]  # "  data=4,fsdp=1: peak 0.08 GiB"
     assert peaks[2] <= peaks[1] <= peaks[0]
     assert done.stdout.splitlines()[-1].startswith("lowest peak: --mesh data=1,fsdp=4 ")
 
