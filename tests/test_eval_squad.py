@@ -101,6 +101,7 @@ def test_preempted_squad_fine_tuning_resumes_to_the_same_result(pretrained_workd
     assert resumed["tasks"] == straight["tasks"]
 
 
+@pytest.mark.slow
 def test_the_span_loss_does_not_depend_on_how_far_a_batch_is_padded():
     """Padding is masked out of the start/end softmax, so a length bucket that cuts a
     batch's padding gives the same loss (BERT's softmax runs over all positions)."""
