@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from typing import Any
 
 import jax
@@ -28,7 +27,7 @@ from models import BertForQuestionAnswering
 from training import finetune, metrics, results, steps
 from training import workdir as workdir_lib
 from training.cli import Stopped
-from training.files import write_json_atomic, write_text_atomic
+from training.files import copy_file_atomic, write_json_atomic, write_text_atomic
 from training.preemption import PreemptionFlag
 from training.workdir import WorkdirLock
 
@@ -134,10 +133,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh_and_rules,
     if jax.process_index() == 0:
         if config.save_model == "best":
             finetune.prune_fine_tuned(squad.TASK, summary, config, workdir)
-        shutil.copyfile(os.path.join(best_dir, PREDICTIONS),
-                        os.path.join(workdir, PREDICTIONS + ".tmp"))
-        os.replace(os.path.join(workdir, PREDICTIONS + ".tmp"),
-                   os.path.join(workdir, PREDICTIONS))
+        copy_file_atomic(os.path.join(best_dir, PREDICTIONS), os.path.join(workdir, PREDICTIONS))
     suite = results.GlueResults.continued(pretrained.source, results.GlueResults.read(workdir))
     suite.record(squad.TASK.name, summary)
     suite.write(workdir)
