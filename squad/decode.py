@@ -26,7 +26,8 @@ def best_answers(examples: Sequence[SquadExample], windows: Windows, start_logit
                          f"{len(windows)} windows")
     best: dict[int, tuple[float, str]] = {}
     for w in range(len(windows)):
-        example = examples[windows.example_index[w]]
+        index = int(windows.example_index[w])
+        example = examples[index]
         offsets, allowed = windows.offsets[w], windows.max_context[w]
         starts = np.argsort(-start_logits[w], kind="stable")[:n_best]
         ends = np.argsort(-end_logits[w], kind="stable")[:n_best]
@@ -37,7 +38,6 @@ def best_answers(examples: Sequence[SquadExample], windows: Windows, start_logit
                 if offsets[e, 0] == NOT_CONTEXT or e < s or e - s + 1 > max_answer_length:
                     continue
                 score = float(start_logits[w, s] + end_logits[w, e])
-                index = int(windows.example_index[w])
                 if index not in best or score > best[index][0]:
                     best[index] = (score, example.context[offsets[s, 0]:offsets[e, 1]])
     return {e.qid: best[i][1] if i in best else "" for i, e in enumerate(examples)}
