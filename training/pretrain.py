@@ -93,15 +93,19 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def check_same_architecture(saved: dict[str, Any], current: ModelConfig, path: str) -> None:
-    """Refuses a checkpoint whose parameters mean something else (nested settings too)."""
+    """Refuses a checkpoint whose parameters mean something else (nested settings too).
+    A field the saved config lacks was added to the code after the checkpoint was made:
+    the checkpoint meant its default."""
     saved_model = flatten(saved.get("model", {}))
+    defaults = flatten(type(current)().to_dict())
     ignored = set(EXECUTION_FIELDS)
     # Settings of variants other than the one in use change nothing.
-    ignored |= {k for k in saved_model if k.split(".")[0] in registry.with_settings()
+    ignored |= {k for k in defaults if k.split(".")[0] in registry.with_settings()
                 and k.split(".")[0] != current.attention}
     differs = {
-        k: (saved_model.get(k), v) for k, v in flatten(current.to_dict()).items()
-        if k not in ignored and saved_model.get(k) != v
+        k: (saved_model.get(k, defaults.get(k)), v)
+        for k, v in flatten(current.to_dict()).items()
+        if k not in ignored and saved_model.get(k, defaults.get(k)) != v
     }
     if differs:
         name, (old, new) = next(iter(sorted(differs.items())))
