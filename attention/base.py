@@ -50,10 +50,7 @@ class Attention(nn.Module):
         always come from all of x. The output has one row per query: [B, P, D]."""
         cfg = self.config
         queries_from = x if queries_from is None else queries_from
-        query = self.project(queries_from, "query", cfg.num_logit_heads, cfg.head_key_size)
-        key = self.project(x, "key", cfg.num_logit_heads, cfg.head_key_size)  # (B, S, N, K)
-        value = self.project(x, "value", cfg.num_value_heads, cfg.head_value_size)  # (B, S, G, V)
-        mixed = self.attend(query, key, value, mask, deterministic)  # (B, T, G, V)
+        mixed = self.heads(queries_from, x, mask, deterministic)  # (B, T, G, V)
         mixed = nn.with_logical_constraint(mixed, ("batch", "length", "heads", "kv"))
         out = nn.DenseGeneral(
             features=cfg.hidden_size,
@@ -65,9 +62,24 @@ class Attention(nn.Module):
         )(mixed)
         return nn.with_logical_constraint(out, ("batch", "length", "embed"))
 
+    def heads(self, queries_from: Array, x: Array, mask: Array, deterministic: bool) -> Array:
+        """Every head's output before the output projection, (B, T, G, V): the query,
+        key and value projections, then `attend`. A variant whose keys or values are not
+        projections of x overrides this (general bilinear attention)."""
+        cfg = self.config
+        query = self.project(queries_from, "query", cfg.num_logit_heads, cfg.head_key_size)
+        key = self.project(x, "key", cfg.num_logit_heads, cfg.head_key_size)  # (B, S, N, K)
+        value = self.project(x, "value", cfg.num_value_heads, cfg.head_value_size)  # (B, S, G, V)
+        return self.attend(query, key, value, mask, deterministic,
+                           query_inputs=queries_from, key_inputs=x)
+
     def attend(
-        self, query: Array, key: Array, value: Array, mask: Array, deterministic: bool
+        self, query: Array, key: Array, value: Array, mask: Array, deterministic: bool,
+        query_inputs: Array, key_inputs: Array,
     ) -> Array:
+        """(B, T, N, K), (B, S, N, K), (B, S, G, V) -> (B, T, G, V). `query_inputs`
+        (B, T, D) and `key_inputs` (B, S, D) are the hidden states the projections read
+        (talking heads' dynamic projections read them too)."""
         raise NotImplementedError
 
     # -- what the rest of the code asks a variant (classmethods: no module needed) --
@@ -82,9 +94,47 @@ class Attention(nn.Module):
         return config.num_heads
 
     @classmethod
+    def key_size(cls, config: ModelConfig) -> int:
+        """Per-head query/key width K: config.key_size; unset, D / N (the query/key heads
+        share the width, as Mesh TensorFlow's talking heads do)."""
+        if config.key_size is not None:
+            return config.key_size
+        return config.hidden_size // cls.logit_heads(config)
+
+    @classmethod
+    def value_size(cls, config: ModelConfig) -> int:
+        """Per-head value width V: config.value_size; unset, D / G."""
+        if config.value_size is not None:
+            return config.value_size
+        return config.hidden_size // cls.value_heads(config)
+
+    @classmethod
+    def projected_widths(cls, config: ModelConfig) -> tuple[int, int, int]:
+        """Per-token output widths of the query, key and value projections (models/flops.py,
+        models/memory.py); 0 where a variant has no such projection."""
+        keys = cls.logit_heads(config) * config.head_key_size
+        return keys, keys, cls.value_heads(config) * config.head_value_size
+
+    @classmethod
+    def check_head_sizes(cls, config: ModelConfig) -> None:
+        """An unset key (value) size is D / N (D / G): those heads must divide D."""
+        from models.config import ConfigError  # at call time: models imports attention
+
+        for unset, heads, field in (
+                ("key_size", cls.logit_heads(config), "num_logit_heads"),
+                ("value_size", cls.value_heads(config), "num_value_heads")):
+            if getattr(config, unset) is not None or not isinstance(heads, int) or heads < 1 \
+                    or config.hidden_size % heads == 0:
+                continue  # a bad head count is the variant's check_config's error
+            name = "num_heads" if heads == config.num_heads else f"{config.attention}.{field}"
+            raise ConfigError(f"model.{name}={heads} does not divide model.hidden_size="
+                              f"{config.hidden_size}; set model.{unset} explicitly")
+
+    @classmethod
     def check_config(cls, config: ModelConfig) -> None:
         """Raises models.config.ConfigError, naming the field, for settings that cannot
-        work with this variant (called when a ModelConfig is built)."""
+        work with this variant (called when a ModelConfig is built, for the variant in
+        use and for every variant with settings: check those whatever the attention)."""
 
     @classmethod
     def saved_score_bytes(cls, config: ModelConfig, element_bytes: int) -> float:
@@ -97,9 +147,23 @@ class Attention(nn.Module):
         return element_bytes * heads + dropout
 
     @classmethod
+    def saved_bytes_per_token(cls, config: ModelConfig, element_bytes: int
+                              ) -> tuple[float, float]:
+        """Bytes the backward pass keeps beyond the projections' inputs and outputs, per
+        query token and per key token (models/memory.py), e.g. talking heads' dynamic
+        mixing matrices."""
+        return 0.0, 0.0
+
+    @classmethod
     def extra_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
-        """Forward matmul FLOPs per token beyond projections, logits and weights x values
-        (models/flops.py), e.g. talking heads' mixing."""
+        """Forward matmul FLOPs per query token beyond projections, logits and weights x
+        values (models/flops.py), e.g. talking heads' mixing."""
+        return 0.0
+
+    @classmethod
+    def extra_key_flops_per_token(cls, config: ModelConfig) -> float:
+        """Forward matmul FLOPs per key token beyond the key and value projections: work
+        on the keys' side that a sparse final layer still runs at every position."""
         return 0.0
 
     # -- shared steps ----------------------------------------------------------

@@ -27,7 +27,7 @@ from attention.registry import register
 
 @register("multi_head")
 class MultiHeadAttention(Attention):
-    def attend(self, query, key, value, mask, deterministic):
+    def attend(self, query, key, value, mask, deterministic, query_inputs, key_inputs):
         if self.config.attention_impl == "fused":
             return fused_attention(query, key, value, mask)
         logits = dot_product_logits(query, key) + padding_bias(mask)  # (B, N, T, S)

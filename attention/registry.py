@@ -3,12 +3,13 @@ rest of the code needs to know about it.
 
 Adding a variant is one new file in attention/ with `@register("name")` on its
 module class (and its import in attention/__init__.py). A variant with settings of
-its own declares them as a frozen dataclass (`settings=`, under model.<name>.*) with
-short config args (`short_args=`, e.g. th_init) and the settings that change only
-how it is computed (`execution_fields=`, a checkpoint resumes across them). Its
-head counts, config checks and extra FLOPs are classmethods of the module class
-(see attention.base.Attention for the defaults); models/ and configs/ reach them
-through here and never import a variant.
+its own declares them as a frozen dataclass (`settings=`; models/config.py makes it the
+ModelConfig field model.<name>.*) with short config args (`short_args=`, e.g. th_init)
+and the settings that change only how it is computed (`execution_fields=`, a
+checkpoint resumes across them). Its head counts and sizes, projected widths, config
+checks, extra FLOPs and saved bytes are classmethods of the module class (see
+attention.base.Attention for the defaults); models/ and configs/ reach them through
+here and never import a variant.
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ class TalkingHeadsAttention(Attention):
                 "model.talking_heads.init='identity' needs num_logit_heads == num_heads == "
                 f"num_value_heads (got {heads[0]}, {heads[1]}, {heads[2]})")
 
-    def attend(self, query, key, value, mask, deterministic):
+    def attend(self, query, key, value, mask, deterministic, query_inputs, key_inputs):
         cfg, th = self.config, self.config.talking_heads
         logit_heads, softmax_heads, value_heads = (
             cfg.num_logit_heads,

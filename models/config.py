@@ -35,9 +35,11 @@ class ConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelFields:
     """Every model field with its default (BERT-base) and meaning. configs/model.py
-    builds its ConfigDict from these, so this is the one place defaults live."""
+    builds its ConfigDict from these, so this is the one place defaults live. The
+    settings of attention variants that have their own are fields too, one per variant,
+    added from the registry below (ModelConfig)."""
 
     size: str = "base"  # key of configs/model.py SIZES this config started from (informational)
     vocab_size: int = 30522  # WordPiece vocabulary; train.py sets it from the tokenizer
@@ -62,8 +64,6 @@ class ModelConfig:
     # Same values, fewer FLOPs (BERT-base: 5%); its dropout draws differ from False's, so
     # runs are not bit-identical across the two settings (docs/PERFORMANCE.md).
     sparse_final_layer: bool = True
-    # Settings of variants that have their own (attention/talking_heads.py).
-    talking_heads: TalkingHeadsConfig = dataclasses.field(default_factory=TalkingHeadsConfig)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -71,18 +71,14 @@ class ModelConfig:
     # -- derived sizes -------------------------------------------------------
     @property
     def head_key_size(self) -> int:
-        """Per-head query/key width K (the low-rank paper's knob); unset, D / h_k: the
-        query/key heads share the width, as Mesh TensorFlow's talking heads do."""
-        if self.key_size is not None:
-            return self.key_size
-        return self.hidden_size // self.num_logit_heads
+        """Per-head query/key width K (the low-rank paper's knob), as the variant says
+        (attention.base.Attention.key_size: unset, D / h_k)."""
+        return registry.get(self.attention).key_size(self)
 
     @property
     def head_value_size(self) -> int:
-        """Per-head value width V; unset, D / h_v (the value heads share the width)."""
-        if self.value_size is not None:
-            return self.value_size
-        return self.hidden_size // self.num_value_heads
+        """Per-head value width V, as the variant says (unset: D / h_v)."""
+        return registry.get(self.attention).value_size(self)
 
     @property
     def num_logit_heads(self) -> int:
@@ -100,7 +96,7 @@ class ModelConfig:
 
     # -- construction --------------------------------------------------------
     @classmethod
-    def from_config(cls, model: Any) -> ModelConfig:
+    def from_config(cls, model: Any) -> ModelFields:
         """Builds from a ConfigDict (or mapping) holding the fields above."""
         raw = dict(model.to_dict() if hasattr(model, "to_dict") else model)
         known = {f.name for f in dataclasses.fields(cls)}
@@ -120,23 +116,10 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def replace(self, **changes: Any) -> ModelConfig:
+    def replace(self, **changes: Any) -> ModelFields:
         return dataclasses.replace(self, **changes)
 
     # -- validation ----------------------------------------------------------
-    def _check_default_head_sizes(self) -> None:
-        """An unset key (value) size is D / h_k (D / h_v): those heads must divide D."""
-        variant = registry.get(self.attention)
-        for unset, heads, field in (
-                ("key_size", variant.logit_heads(self), "num_logit_heads"),
-                ("value_size", variant.value_heads(self), "num_value_heads")):
-            if getattr(self, unset) is not None or not isinstance(heads, int) or heads < 1 \
-                    or self.hidden_size % heads == 0:
-                continue  # a bad head count is the variant's check_config's error
-            name = "num_heads" if heads == self.num_heads else f"{self.attention}.{field}"
-            raise ConfigError(f"model.{name}={heads} does not divide model.hidden_size="
-                              f"{self.hidden_size}; set model.{unset} explicitly")
-
     def validate(self) -> None:
         def positive(name: str, value: Any) -> None:
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -152,7 +135,7 @@ class ModelConfig:
             raise ConfigError(
                 f"model.attention={self.attention!r} is unknown; choose one of {registry.names()}"
             )
-        self._check_default_head_sizes()
+        registry.get(self.attention).check_head_sizes(self)
         choices = {
             "attention_impl": ATTENTION_IMPLS,
             "norm_placement": NORM_PLACEMENTS,
@@ -182,3 +165,13 @@ class ModelConfig:
         # The variant's own checks, and the settings of every variant that has some.
         for name in dict.fromkeys([self.attention, *registry.with_settings()]):
             registry.get(name).check_config(self)
+
+
+# One field per variant with settings of its own (model.<name>.*, its frozen settings
+# dataclass), made from the registry: a new variant adds its settings in its own file.
+ModelConfig = dataclasses.make_dataclass(
+    "ModelConfig",
+    [(name, variant.settings, dataclasses.field(default_factory=variant.settings))
+     for name, variant in registry.with_settings().items()],
+    bases=(ModelFields,), frozen=True, namespace={"__module__": __name__})
+ModelConfig.__doc__ = ModelFields.__doc__

@@ -61,17 +61,22 @@ class FlopCount:
 
 
 def key_value_flops_per_token(cfg: ModelConfig) -> float:
-    return 2 * cfg.hidden_size * (
-        cfg.num_logit_heads * cfg.head_key_size + cfg.num_value_heads * cfg.head_value_size
-    )
+    """What a layer computes at every key position: the key and value projections and
+    the variant's key-side work."""
+    variant = registry.get(cfg.attention)
+    _, keys, values = variant.projected_widths(cfg)
+    return 2 * cfg.hidden_size * (keys + values) + variant.extra_key_flops_per_token(cfg)
 
 
 def layer_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     d, k, v = cfg.hidden_size, cfg.head_key_size, cfg.head_value_size
     n_qk, g = cfg.num_logit_heads, cfg.num_value_heads
-    projections = 2 * d * (2 * n_qk * k + g * v) + 2 * g * v * d
+    variant = registry.get(cfg.attention)
+    queries, keys, values = variant.projected_widths(cfg)
+    projections = 2 * d * (queries + keys + values) + 2 * g * v * d
     attention = 2 * seq_len * (n_qk * k + g * v)
-    extra = registry.get(cfg.attention).extra_flops_per_token(cfg, seq_len)
+    extra = (variant.extra_flops_per_token(cfg, seq_len)
+             + variant.extra_key_flops_per_token(cfg))
     feed_forward = 4 * d * cfg.mlp_dim
     return projections + attention + extra + feed_forward
 

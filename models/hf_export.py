@@ -49,6 +49,18 @@ ABLATION_AUTO_MAP = {
 }
 
 
+# The attention variants models/modeling_bert_ablation.py implements in PyTorch.
+EXPORTABLE_ATTENTION = ("multi_head", "talking_heads")
+
+
+def check_exportable(config: ModelConfig) -> None:
+    """ExportError for a model the PyTorch classes cannot compute."""
+    if config.attention not in EXPORTABLE_ATTENTION:
+        raise ExportError(
+            f"model.attention={config.attention!r} has no PyTorch class in {MODELING_FILE} "
+            f"(it implements {', '.join(EXPORTABLE_ATTENTION)}); it cannot be exported")
+
+
 def is_plain_bert(config: ModelConfig) -> bool:
     """True when transformers' own BertModel computes this row."""
     per_head = config.hidden_size // config.num_heads
@@ -197,6 +209,7 @@ def save_pretrained(params: Mapping[str, Any], config: ModelConfig, tokenizer: A
     from training.files import replaced_directory
 
     out = Path(out_dir)
+    check_exportable(config)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} exists; choose a new --out or pass --overwrite")
     state = to_state_dict(params, config)

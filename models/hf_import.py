@@ -117,7 +117,7 @@ ABLATION_FIELDS = ("attention", "key_size", "value_size", "norm_placement")
 def model_config_from_hf(hf_config: Mapping[str, Any], **overrides: Any) -> ModelConfig:
     """Our ModelConfig from a Hugging Face BertConfig dict (config.json), or from the
     config.json of a `bert_ablation` export (its attention variant included)."""
-    from models.config import TalkingHeadsConfig
+    from attention import registry
 
     act = hf_config.get("hidden_act", "gelu")
     if act != "gelu":
@@ -142,7 +142,8 @@ def model_config_from_hf(hf_config: Mapping[str, Any], **overrides: Any) -> Mode
     )
     if model_type == ABLATION_MODEL_TYPE:
         fields.update({k: hf_config[k] for k in ABLATION_FIELDS if k in hf_config})
-        fields["talking_heads"] = TalkingHeadsConfig(**hf_config.get("talking_heads") or {})
+        for name, variant in registry.with_settings().items():  # e.g. talking_heads
+            fields[name] = variant.settings(**hf_config.get(name) or {})
     fields.update(overrides)
     return ModelConfig(**fields)
 

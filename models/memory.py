@@ -7,9 +7,11 @@ and value heads N K and G V, a bytes per activation element (2 in bf16, 4 in fp3
 Recomputation in Large Transformer Models", section 4.1):
 
   attention   a t D (projection input) + 2 a t N K (queries, keys) + a t G V (values)
-              + b n^2 x the variant's saved_score_bytes (softmax output, dropout mask and
-              dropped weights: 5 H at a = 2) + a t G V (output projection input)
-              + t D (hidden dropout mask)
+              (the variant's projected widths: general bilinear attention keeps H D
+              queries and no keys or values) + b n^2 x the variant's saved_score_bytes
+              (softmax output, dropout mask and dropped weights: 5 H at a = 2) + a t G V
+              (output projection input) + t D (hidden dropout mask) + the variant's
+              saved_bytes_per_token (talking heads' dynamic mixing matrices)
   layer norms 2 a t D
   feed-forward a t D (input) + 2 a t F (GELU input and output) + t D (dropout mask)
 
@@ -54,13 +56,16 @@ def layer_bytes(cfg: ModelConfig, queries: float, keys_per_query: int,
     `keys_per_query` keys each; `key_value_tokens` (default `queries`) tokens run the
     key and value projections."""
     a, d, f = element_bytes(cfg), cfg.hidden_size, cfg.mlp_dim
-    qk, gv = cfg.num_logit_heads * cfg.head_key_size, cfg.num_value_heads * cfg.head_value_size
+    variant = registry.get(cfg.attention)
+    q, k, v = variant.projected_widths(cfg)
+    gv = cfg.num_value_heads * cfg.head_value_size
     kv_tokens = queries if key_value_tokens is None else key_value_tokens
     hidden_mask = MASK_BYTES * d if cfg.dropout_rate > 0 else 0
-    variant = registry.get(cfg.attention)
-    attention = (a * d * kv_tokens + a * qk * queries + a * qk * kv_tokens + a * gv * kv_tokens
+    per_query, per_key = variant.saved_bytes_per_token(cfg, a)
+    attention = (a * d * kv_tokens + a * q * queries + a * k * kv_tokens + a * v * kv_tokens
                  + queries * keys_per_query * variant.saved_score_bytes(cfg, a)
-                 + a * gv * queries + hidden_mask * queries)
+                 + a * gv * queries + hidden_mask * queries
+                 + per_query * queries + per_key * kv_tokens)
     layer_norms = 2 * a * d * queries
     feed_forward = (a * d + 2 * a * f + hidden_mask) * queries
     return attention + layer_norms + feed_forward
