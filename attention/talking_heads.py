@@ -22,6 +22,19 @@ without exchanging heads. R = 1 is the full mixing above (parameters (N, H), (H,
 as before); R = N = H = G leaves one scalar per head, multi-head attention up to the
 scale of each head's logits and weights.
 
+Dynamic projections (`dynamic_projections`, a "+"-joined subset of x2l, m2l, x2w, m2w
+in this order, the reference's option of that name): P_l and P_w gain terms computed
+from the hidden states, X_t at the query position and M_s at the key position, each a
+bias-free dense map from D to a mixing matrix:
+  L[t, s] = J[t, s] @ (P_l + X_t W_x2l) + J[t, s] @ (M_s W_m2l)
+  U[t, s] = W[t, s] @ (P_w + X_t W_x2w) + W[t, s] @ (M_s W_m2w)
+(the static matrix is folded into the first dynamic term, as the reference does, so a
+side with one dynamic term costs one mixing, not two). W_* are (D, from, to), grouped
+(D, R, from/R, to/R), drawn with variance `dynamic_init_scale` / (heads mixed from x D)
+(the reference: 1e-2, "learning difficulties when this value is too large"), normal,
+truncated at 2 stddev with init=truncated_fan_in. Both computation paths support them:
+the query-side matrices are cut into chunks with the queries.
+
 Dropout hits the mixed weights U, as in both references (Mesh TF's
 `attention_internal`, tf-models' `TalkingHeadsAttention._compute_attention`).
 Its noise shape is a setting: `dropout_noise="elementwise"` (default) drops each
@@ -64,6 +77,9 @@ CHOICES = {
     "impl": ("full", "chunked"),
     "dropout_noise": ("elementwise", "shared_queries"),
 }
+# Dynamic projections: (from hidden states at, mixing side), in the reference's order.
+DYNAMIC = {"x2l": ("queries", "logits"), "m2l": ("keys", "logits"),
+           "x2w": ("queries", "weights"), "m2w": ("keys", "weights")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +101,15 @@ class TalkingHeadsConfig:
     # multi-head) | shared_queries (Mesh TF: one mask per batch, head and key).
     dropout_noise: str = "elementwise"
     groups: int = 1  # R: block-diagonal mixing within R groups of heads (1: full mixing)
+    # Input-dependent mixing terms, "+"-joined in this order: x2l+m2l+x2w+m2w ("": none).
+    # x: the hidden state at the query position, m: at the key position; l: P_l, w: P_w.
+    dynamic_projections: str = ""
+    dynamic_init_scale: float = 1e-2  # variance scale of the dynamic maps (the reference's)
+
+    @property
+    def dynamic(self) -> tuple[str, ...]:
+        """The dynamic projections as a tuple, e.g. ('x2l', 'm2w')."""
+        return tuple(self.dynamic_projections.split("+")) if self.dynamic_projections else ()
 
     @property
     def mix_logits(self) -> bool:
@@ -100,8 +125,15 @@ SHORT_ARGS = {
     "th_logit_heads": "num_logit_heads", "th_value_heads": "num_value_heads",
     "th_projections": "projections", "th_mask": "mask_placement", "th_init": "init",
     "th_impl": "impl", "th_chunk": "query_chunk_size", "th_dropout_noise": "dropout_noise",
-    "th_groups": "groups",
+    "th_groups": "groups", "th_dynamic": "dynamic_projections",
+    "th_dynamic_scale": "dynamic_init_scale",
 }
+
+
+def _normal(kind: str, rng, shape, dtype, stddev):
+    if kind == "truncated_fan_in":  # within 2 stddev, not rescaled: as the reference
+        return jax.random.truncated_normal(rng, -2.0, 2.0, shape, dtype) * stddev
+    return jax.random.normal(rng, shape, dtype) * stddev
 
 
 def mixing_init(kind: str, grouped: bool = False) -> nn.initializers.Initializer:
@@ -109,12 +141,22 @@ def mixing_init(kind: str, grouped: bool = False) -> nn.initializers.Initializer
     def init(rng, shape, dtype=jnp.float32):
         if kind == "identity":
             return jnp.broadcast_to(jnp.eye(shape[-2], shape[-1], dtype=dtype), shape)
-        if kind == "truncated_fan_in":  # within 2 stddev, not rescaled: as the reference
-            return jax.random.truncated_normal(rng, -2.0, 2.0, shape, dtype) * shape[-2] ** -0.5
-        return jax.random.normal(rng, shape, dtype) * shape[-2] ** -0.5
+        return _normal(kind, rng, shape, dtype, shape[-2] ** -0.5)
 
     # Grouped: the group axis is a head axis (tensor-parallel shards hold whole groups).
     return nn.with_logical_partitioning(init, ("heads", None, None) if grouped else (None, None))
+
+
+def dynamic_init(kind: str, scale: float, grouped: bool = False) -> nn.initializers.Initializer:
+    """A dynamic map W[D, from, to] (grouped W[D, R, from, to]): variance scale / (heads
+    mixed from x D), as the reference's VarianceScalingInitializer(scale / from) over
+    the D inputs. The identity init is the static matrix's; these stay random."""
+    def init(rng, shape, dtype=jnp.float32):
+        stddev = (scale / (shape[-2] * shape[0])) ** 0.5
+        return _normal("fan_in" if kind == "identity" else kind, rng, shape, dtype, stddev)
+
+    axes = ("embed", "heads", None, None) if grouped else ("embed", None, None)
+    return nn.with_logical_partitioning(init, axes)
 
 
 def mix_heads(x: jax.Array, p: jax.Array) -> jax.Array:
@@ -127,6 +169,34 @@ def mix_heads(x: jax.Array, p: jax.Array) -> jax.Array:
     x = x.reshape(batch, groups, heads // groups, queries, keys)
     y = jnp.einsum("BRnTS,Rnh->BRhTS", x, p)
     return y.reshape(batch, groups * p.shape[2], queries, keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mixing:
+    """One side's mixing (P_l or P_w), fp32: the static matrix (from, to) or its blocks
+    (R, from/R, to/R), and the dynamic matrices per query position (B, T, ...) and per
+    key position (B, S, ...), each (R, from/R, to/R) per position, or None."""
+
+    static: jax.Array
+    per_query: jax.Array | None = None
+    per_key: jax.Array | None = None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """(B, from heads, T, S) -> (B, to heads, T, S)."""
+        if self.per_query is None and self.per_key is None:
+            return mix_heads(x, self.static)  # the static path, as without dynamic terms
+        static = self.static if self.static.ndim == 3 else self.static[None]  # (R, n, h)
+        batch, heads, queries, keys = x.shape
+        groups, _, to = static.shape
+        x = x.reshape(batch, groups, heads // groups, queries, keys)
+        # The static matrix rides on the first dynamic term (one mixing, not two).
+        if self.per_query is not None:
+            y = jnp.einsum("BRnTS,BTRnh->BRhTS", x, self.per_query + static)
+            if self.per_key is not None:
+                y = y + jnp.einsum("BRnTS,BSRnh->BRhTS", x, self.per_key)
+        else:
+            y = jnp.einsum("BRnTS,BSRnh->BRhTS", x, self.per_key + static)
+        return y.reshape(batch, groups * to, queries, keys)
 
 
 @register("talking_heads", settings=TalkingHeadsConfig, short_args=SHORT_ARGS,
@@ -143,12 +213,47 @@ class TalkingHeadsAttention(Attention):
         return (th.num_value_heads or config.num_heads) if th.mix_weights else config.num_heads
 
     @classmethod
-    def extra_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
-        """P_l and P_w mixing: 2 n (N H + H G) / R per token (R groups)."""
+    def _mixing_sides(cls, config: ModelConfig) -> dict[str, int]:
+        """{'logits': N H / R, 'weights': H G / R}: the entries of each mixing matrix
+        there is (the blocks' entries when grouped)."""
         th = config.talking_heads
         n_qk, h, g = cls.logit_heads(config), config.num_heads, cls.value_heads(config)
-        return 2 * seq_len * ((n_qk * h if th.mix_logits else 0) + (h * g if th.mix_weights
-                                                                     else 0)) / th.groups
+        sides = {"logits": n_qk * h if th.mix_logits else 0,
+                 "weights": h * g if th.mix_weights else 0}
+        return {side: entries // th.groups for side, entries in sides.items() if entries}
+
+    @classmethod
+    def _dynamic_entries(cls, config: ModelConfig, position: str) -> int:
+        """Entries of the dynamic matrices computed per token at `position` (queries or
+        keys): each is one mixing matrix's entries."""
+        sides = cls._mixing_sides(config)
+        return sum(sides[side] for name, (at, side) in DYNAMIC.items()
+                   if at == position and name in config.talking_heads.dynamic)
+
+    @classmethod
+    def extra_flops_per_token(cls, config: ModelConfig, seq_len: int) -> float:
+        """P_l and P_w mixing: 2 n (N H + H G) / R per token (R groups); a side with
+        dynamic terms from both the query and the key position mixes twice; each
+        query-side dynamic map is a (D, its matrix) product per query token."""
+        dynamic = config.talking_heads.dynamic
+        mixing = 0
+        for side, entries in cls._mixing_sides(config).items():
+            both = f"x2{side[0]}" in dynamic and f"m2{side[0]}" in dynamic
+            mixing += 2 * seq_len * entries * (2 if both else 1)
+        return mixing + 2 * config.hidden_size * cls._dynamic_entries(config, "queries")
+
+    @classmethod
+    def extra_key_flops_per_token(cls, config: ModelConfig) -> float:
+        """Each key-side dynamic map (m2l, m2w): a (D, its matrix) product per key token."""
+        return 2 * config.hidden_size * cls._dynamic_entries(config, "keys")
+
+    @classmethod
+    def saved_bytes_per_token(cls, config: ModelConfig, element_bytes: int
+                              ) -> tuple[float, float]:
+        """The dynamic mixing matrices, per query and per key token: the mixing's gradient
+        with respect to the scores reads them (fp32: the mixing runs in fp32)."""
+        return (4 * cls._dynamic_entries(config, "queries"),
+                4 * cls._dynamic_entries(config, "keys"))
 
     @classmethod
     def saved_score_bytes(cls, config: ModelConfig, element_bytes: int) -> float:
@@ -164,6 +269,36 @@ class TalkingHeadsAttention(Attention):
         return saved
 
     @classmethod
+    def _check_dynamic(cls, config: ModelConfig) -> None:
+        from models.config import ConfigError
+
+        th = config.talking_heads
+        given = th.dynamic_projections
+        if not isinstance(given, str):
+            raise ConfigError(f"model.talking_heads.dynamic_projections={given!r} must be a "
+                              f"'+'-joined subset of {'+'.join(DYNAMIC)}, or ''")
+        names = th.dynamic
+        unknown = [n for n in names if n not in DYNAMIC]
+        canonical = "+".join(n for n in DYNAMIC if n in names)
+        if unknown or canonical != given:
+            hint = f" (write {canonical!r})" if not unknown else ""
+            raise ConfigError(
+                f"model.talking_heads.dynamic_projections={given!r}: give a subset of "
+                f"{', '.join(DYNAMIC)}, each once, '+'-joined in that order{hint}")
+        scale = th.dynamic_init_scale
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale >= 0:
+            raise ConfigError(f"model.talking_heads.dynamic_init_scale={scale!r} must be a "
+                              f"number >= 0")
+        if config.attention != "talking_heads":
+            return
+        for name in names:
+            side = DYNAMIC[name][1]
+            if not (th.mix_logits if side == "logits" else th.mix_weights):
+                raise ConfigError(
+                    f"model.talking_heads.dynamic_projections has {name}, a term of the "
+                    f"{side} mixing, but projections={th.projections!r} has no {side} mixing")
+
+    @classmethod
     def check_config(cls, config: ModelConfig) -> None:
         from models.config import ConfigError  # at call time: models imports attention
 
@@ -177,6 +312,7 @@ class TalkingHeadsAttention(Attention):
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ConfigError(
                     f"model.talking_heads.{name}={value!r} must be a positive integer")
+        cls._check_dynamic(config)
         if config.attention != "talking_heads":
             return
         if th.num_logit_heads not in (None, config.num_heads) and not th.mix_logits:
@@ -201,20 +337,38 @@ class TalkingHeadsAttention(Attention):
 
     def attend(self, query, key, value, mask, deterministic, query_inputs, key_inputs):
         cfg, th = self.config, self.config.talking_heads
-        logit_heads, softmax_heads, value_heads = (
-            cfg.num_logit_heads,
-            cfg.num_heads,
-            cfg.num_value_heads,
-        )
-        def mixing(name: str, heads_from: int, heads_to: int):
-            groups = th.groups
-            shape = ((heads_from, heads_to) if groups == 1
-                     else (groups, heads_from // groups, heads_to // groups))
-            return self.param(name, mixing_init(th.init, groups > 1), shape)
+        groups = th.groups
+        inputs = {"queries": query_inputs, "keys": key_inputs}
 
-        p_logits = mixing("logits_mixing", logit_heads, softmax_heads) if th.mix_logits else None
-        p_weights = (mixing("weights_mixing", softmax_heads, value_heads) if th.mix_weights
-                     else None)
+        def block_shape(heads_from: int, heads_to: int) -> tuple[int, ...]:
+            return ((heads_from, heads_to) if groups == 1
+                    else (groups, heads_from // groups, heads_to // groups))
+
+        def dynamic(name: str, heads_from: int, heads_to: int) -> jax.Array | None:
+            """The matrices of one dynamic map (x2l: logits_mixing_from_queries, ...) at
+            every position, (B, T or S, R, from/R, to/R) in fp32; None when it is off."""
+            if name not in th.dynamic:
+                return None
+            at, side = DYNAMIC[name]
+            kernel = self.param(f"{side}_mixing_from_{at}",
+                                dynamic_init(th.init, th.dynamic_init_scale, groups > 1),
+                                (cfg.hidden_size, *block_shape(heads_from, heads_to)))
+            dtype = cfg.compute_dtype
+            per_position = jnp.einsum("BTD,D...->BT...", inputs[at].astype(dtype),
+                                      kernel.astype(dtype)).astype(jnp.float32)
+            return per_position if groups > 1 else per_position[:, :, None]
+
+        def mixing(side: str, heads_from: int, heads_to: int) -> Mixing:
+            static = self.param(f"{side}_mixing", mixing_init(th.init, groups > 1),
+                                block_shape(heads_from, heads_to))
+            return Mixing(static.astype(jnp.float32),
+                          dynamic(f"x2{side[0]}", heads_from, heads_to),
+                          dynamic(f"m2{side[0]}", heads_from, heads_to))
+
+        mix_logits = (mixing("logits", cfg.num_logit_heads, cfg.num_heads) if th.mix_logits
+                      else None)
+        mix_weights = (mixing("weights", cfg.num_heads, cfg.num_value_heads) if th.mix_weights
+                       else None)
         dropout_rng = self.dropout_rng(deterministic)
         core = _Core(
             mask_before=th.mask_placement == "before",
@@ -223,9 +377,9 @@ class TalkingHeadsAttention(Attention):
         )
         if th.impl == "chunked" and query.shape[1] > th.query_chunk_size:
             return core.chunked(
-                query, key, value, mask, p_logits, p_weights, dropout_rng, th.query_chunk_size
-            )
-        return core(query, key, value, mask, p_logits, p_weights, dropout_rng)
+                query, key, value, mask, mix_logits, mix_weights, dropout_rng,
+                th.query_chunk_size)
+        return core(query, key, value, mask, mix_logits, mix_weights, dropout_rng)
 
 
 class _Core:
@@ -239,13 +393,14 @@ class _Core:
         self.dropout_rate = dropout_rate
         self.broadcast_queries = broadcast_queries
 
-    def __call__(self, query, key, value, mask, p_logits, p_weights, dropout_rng):
+    def __call__(self, query, key, value, mask, mix_logits: Mixing | None,
+                 mix_weights: Mixing | None, dropout_rng):
         logits = dot_product_logits(query, key)  # (B, N, T, S)
         bias = padding_bias(mask)  # (B, 1, 1, S)
         if self.mask_before:
             logits = logits + bias
-        if p_logits is not None:
-            logits = mix_heads(logits, p_logits.astype(jnp.float32))
+        if mix_logits is not None:
+            logits = mix_logits(logits)  # (B, H, T, S)
         if self.mask_before:
             # A head mixture of masked logits can cancel or flip the bias, so the
             # padded keys are masked again; real keys are unaffected either way.
@@ -253,30 +408,41 @@ class _Core:
         else:
             logits = logits + bias
         weights = softmax_weights(logits)  # (B, H, T, S)
-        if p_weights is not None:
-            weights = mix_heads(weights, p_weights.astype(jnp.float32))
+        if mix_weights is not None:
+            weights = mix_weights(weights)  # (B, G, T, S)
         weights = dropout_weights(weights, self.dropout_rate, dropout_rng,
                                   self.broadcast_queries)
         return apply_weights(weights, value)  # (B, T, G, V)
 
-    def chunked(self, query, key, value, mask, p_logits, p_weights, dropout_rng, chunk):
+    def chunked(self, query, key, value, mask, mix_logits, mix_weights, dropout_rng, chunk):
         batch, length = query.shape[:2]
         num_chunks = -(-length // chunk)
         padded = num_chunks * chunk
-        if padded != length:
-            query = jnp.pad(query, [(0, 0), (0, padded - length), (0, 0), (0, 0)])
-        # (num_chunks, B, C, N, K): lax.map walks the leading axis.
-        chunks = query.reshape(batch, num_chunks, chunk, *query.shape[2:]).swapaxes(0, 1)
+
+        def split(x):
+            """(B, T, ...) -> (num_chunks, B, C, ...): lax.map walks the leading axis."""
+            if x is None:
+                return None
+            if padded != length:
+                x = jnp.pad(x, [(0, 0), (0, padded - length)] + [(0, 0)] * (x.ndim - 2))
+            return x.reshape(batch, num_chunks, chunk, *x.shape[2:]).swapaxes(0, 1)
+
+        # The query-side dynamic matrices are cut into chunks with the queries.
+        per_query = [split(m.per_query) if m is not None else None
+                     for m in (mix_logits, mix_weights)]
 
         @jax.checkpoint
         def one_chunk(args):
-            index, q = args
+            index, q, (logits_rows, weights_rows) = args
             # A mask shared by all queries must be the same in every chunk.
             rng = dropout_rng
             if dropout_rng is not None and not self.broadcast_queries:
                 rng = jax.random.fold_in(dropout_rng, index)
-            return self(q, key, value, mask, p_logits, p_weights, rng)  # (B, C, G, V)
+            chunk_logits, chunk_weights = (
+                None if m is None else dataclasses.replace(m, per_query=rows)
+                for m, rows in ((mix_logits, logits_rows), (mix_weights, weights_rows)))
+            return self(q, key, value, mask, chunk_logits, chunk_weights, rng)  # (B, C, G, V)
 
-        out = jax.lax.map(one_chunk, (jnp.arange(num_chunks), chunks))
+        out = jax.lax.map(one_chunk, (jnp.arange(num_chunks), split(query), per_query))
         out = out.swapaxes(0, 1).reshape(batch, padded, *out.shape[3:])
         return out[:, :length]

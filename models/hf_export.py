@@ -29,14 +29,23 @@ import numpy as np
 
 from models.config import ModelConfig
 
+# Talking heads' mixing parameters: the static matrices and the dynamic maps.
+MIXING = ("logits_mixing", "weights_mixing") + tuple(
+    f"{side}_mixing_from_{at}" for side in ("logits", "weights") for at in ("queries", "keys"))
 
-def full_mixing(p: Any) -> np.ndarray:
-    """Talking heads' mixing matrix; grouped blocks (R, n, h) as their block-diagonal
-    (R n, R h) matrix, which computes the same mixing."""
+
+def full_mixing(name: str, p: Any) -> np.ndarray:
+    """Talking heads' mixing matrix or dynamic map; grouped blocks, (R, n, h) or a
+    dynamic map's (D, R, n, h), as their block-diagonal (R n, R h) matrices, which
+    compute the same mixing."""
     import scipy.linalg
 
     p = np.asarray(p)
-    return scipy.linalg.block_diag(*p) if p.ndim == 3 else p
+    if p.ndim == (4 if "_from_" in name else 3):  # grouped
+        if p.ndim == 4:
+            return np.stack([scipy.linalg.block_diag(*row) for row in p])
+        return scipy.linalg.block_diag(*p)
+    return p
 
 MODELING_FILE = "modeling_bert_ablation.py"
 ABLATION_MODEL_TYPE = "bert_ablation"
@@ -145,9 +154,9 @@ def to_state_dict(params: Mapping[str, Any], config: ModelConfig) -> dict[str, n
         attention = layer["attention"]
         for name in ("query", "key", "value"):
             linear(f"{p}.attention.self.{name}", attention[name])
-        for name in ("logits_mixing", "weights_mixing"):
+        for name in MIXING:
             if name in attention:  # grouped: its block-diagonal matrix, the same function
-                put(f"{p}.attention.self.{name}", full_mixing(attention[name]))
+                put(f"{p}.attention.self.{name}", full_mixing(name, attention[name]))
         linear(f"{p}.attention.output.dense", attention["out"], in_axes=2)
         norm(f"{p}.attention.output.LayerNorm", layer["attention_norm"])
         linear(f"{p}.intermediate.dense", layer["mlp"]["intermediate"])

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from models.config import ModelConfig
-from models.hf_export import ABLATION_MODEL_TYPE
+from models.hf_export import ABLATION_MODEL_TYPE, MIXING
 from training.checkpoints import CheckpointError  # one class for every checkpoint error
 
 __all__ = ["CheckpointError", "convert_bert", "from_pretrained", "load_state_dict"]
@@ -256,7 +256,7 @@ def convert_bert(state: Mapping[str, np.ndarray], config: ModelConfig) -> dict[s
             "value": linear(f"{p}.attention.self.value", out_shape=(g, v)),
             "out": linear(f"{p}.attention.output.dense", in_shape=(g, v), out_shape=(d,)),
         }
-        for name in ("logits_mixing", "weights_mixing"):  # talking heads' P_l, P_w
+        for name in MIXING:  # talking heads' P_l, P_w and their dynamic maps
             if reader.has(f"{p}.attention.self.{name}"):
                 attention[name] = reader.take(f"{p}.attention.self.{name}")
         bert["encoder"][f"layer_{i}"] = {

@@ -10,7 +10,9 @@ step for step; tests/test_hf_export.py checks the logits agree to 1e-4 for every
 
 Parameter names are BERT's (bert.embeddings..., attention.self.query, cls.predictions...)
 plus what the variants add: attention.self.logits_mixing [N, H] and weights_mixing [H, G]
-(talking heads) and bert.encoder.final_norm (pre-LN).
+(talking heads), their dynamic maps attention.self.{logits,weights}_mixing_from_{queries,
+keys} [D, N, H] and [D, H, G] (dynamic projections x2l, m2l, x2w, m2w) and
+bert.encoder.final_norm (pre-LN).
 
 Einsum letters: B batch, T query length, S key length, N query/key heads (h_k),
 H softmax heads, G value heads (h_v), K key size, V value size, D width.
@@ -62,7 +64,8 @@ class BertAblationConfig(PretrainedConfig):
         self.value_size = value_size  # per-head value width; None: hidden/value heads
         self.norm_placement = norm_placement  # post (BERT) | pre (LayerNorm before sublayers)
         # num_logit_heads, num_value_heads, projections (both|logits|weights),
-        # mask_placement (after|before): the JAX model's model.talking_heads.* fields.
+        # mask_placement (after|before), dynamic_projections ("+"-joined x2l, m2l, x2w,
+        # m2w): the JAX model's model.talking_heads.* fields.
         self.talking_heads = dict(talking_heads or {})
 
     # -- the head counts and sizes, derived as models/config.py derives them ----------
@@ -85,6 +88,11 @@ class BertAblationConfig(PretrainedConfig):
     @property
     def mix_weights(self) -> bool:
         return self._mixes("weights")
+
+    @property
+    def dynamic(self) -> tuple[str, ...]:
+        names = self.talking_heads.get("dynamic_projections") or ""
+        return tuple(names.split("+")) if self.attention == "talking_heads" and names else ()
 
     @property
     def logit_heads(self) -> int:
@@ -127,6 +135,14 @@ class SelfAttention(nn.Module):
         h = config.num_attention_heads
         self.logits_mixing = nn.Parameter(torch.eye(n, h)) if config.mix_logits else None
         self.weights_mixing = nn.Parameter(torch.eye(h, g)) if config.mix_weights else None
+        # Dynamic projections: per-position terms of P_l and P_w from the hidden states
+        # at the query (x2*) and key (m2*) positions; the weights come from the export.
+        for name, side, at, shape in (("x2l", "logits", "queries", (d, n, h)),
+                                      ("m2l", "logits", "keys", (d, n, h)),
+                                      ("x2w", "weights", "queries", (d, h, g)),
+                                      ("m2w", "weights", "keys", (d, h, g))):
+            dynamic = nn.Parameter(torch.zeros(shape)) if name in config.dynamic else None
+            setattr(self, f"{side}_mixing_from_{at}", dynamic)
         self.mask_before = config.talking_heads.get("mask_placement", "after") == "before"
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
@@ -144,7 +160,7 @@ class SelfAttention(nn.Module):
         if self.mask_before:
             logits = logits + bias
         if self.logits_mixing is not None:
-            logits = torch.einsum("BNTS,NH->BHTS", logits, self.logits_mixing)
+            logits = self.mix(x, logits, "logits")
         if self.mask_before:
             # A head mixture can cancel the bias: padded keys are masked again.
             logits = torch.where(mask[:, None, None, :], logits, bias)
@@ -152,9 +168,24 @@ class SelfAttention(nn.Module):
             logits = logits + bias
         weights = logits.softmax(dim=-1)
         if self.weights_mixing is not None:
-            weights = torch.einsum("BHTS,HG->BGTS", weights, self.weights_mixing)
+            weights = self.mix(x, weights, "weights")
         weights = self.dropout(weights)
         return torch.einsum("BGTS,BSGV->BTGV", weights, value)
+
+    def mix(self, x, scores, side: str):
+        """(B, from heads, T, S) -> (B, to heads, T, S): the static matrix plus the
+        dynamic terms, each its own product (the JAX model folds the static matrix into
+        the first; the sum is the same)."""
+        out = torch.einsum("BNTS,NH->BHTS", scores, getattr(self, f"{side}_mixing"))
+        from_queries = getattr(self, f"{side}_mixing_from_queries")
+        if from_queries is not None:
+            per_query = torch.einsum("BTD,DNH->BTNH", x, from_queries)
+            out = out + torch.einsum("BNTS,BTNH->BHTS", scores, per_query)
+        from_keys = getattr(self, f"{side}_mixing_from_keys")
+        if from_keys is not None:
+            per_key = torch.einsum("BSD,DNH->BSNH", x, from_keys)
+            out = out + torch.einsum("BNTS,BSNH->BHTS", scores, per_key)
+        return out
 
 
 class AttentionOutput(nn.Module):

@@ -75,7 +75,7 @@ def find_mixings(tree: Any, path: tuple[str, ...] = ()) -> dict[str, np.ndarray]
     elif path and path[-1] in MIXINGS:
         start = path.index("encoder") + 1 if "encoder" in path else 0
         kept = [p for p in path[start:] if p != "attention"]
-        found["/".join(kept)] = full_mixing(tree)  # grouped: its block-diagonal matrix
+        found["/".join(kept)] = full_mixing(path[-1], tree)  # grouped: block-diagonal
     return found
 
 

@@ -71,6 +71,9 @@ ATTENTION_VARIANTS = {
                                    "talking_heads": {"projections": "weights"}},
     "talking_heads_chunked": {"attention": "talking_heads",
                               "talking_heads": {"impl": "chunked", "query_chunk_size": 5}},
+    # every dynamic projection, at a scale where they matter (the default 1e-2 barely does)
+    "talking_heads_dynamic": {"attention": "talking_heads", "talking_heads": {
+        "dynamic_projections": "x2l+m2l+x2w+m2w", "dynamic_init_scale": 1.0}},
 }
 
 

@@ -19,7 +19,7 @@ from helpers import ATTENTION_VARIANTS, init_params, run_script, tiny_model_conf
 from input_pipeline import train_tokenizer
 from models import BertForMaskedLM, BertForSequenceClassification, BertModel
 from models import hf_export as export_lib
-from models.hf_export import full_mixing
+from models.hf_export import MIXING, full_mixing
 from models.hf_import import convert_bert, load_state_dict, model_config_from_hf
 
 torch = pytest.importorskip("torch")
@@ -33,6 +33,9 @@ VARIANTS = {name: over for name, over in ATTENTION_VARIANTS.items()
 VARIANTS["talking_heads_mask_before"] = {"attention": "talking_heads",
                                          "talking_heads": {"mask_placement": "before"}}
 VARIANTS["talking_heads_grouped"] = {"attention": "talking_heads", "talking_heads": {"groups": 2}}
+VARIANTS["talking_heads_dynamic_grouped"] = {
+    "attention": "talking_heads", "talking_heads": {
+        "groups": 2, "dynamic_projections": "x2l+m2l+x2w+m2w", "dynamic_init_scale": 1.0}}
 VARIANTS["pre_ln"] = {"norm_placement": "pre"}
 VARIANTS["pre_ln_talking_heads"] = {"norm_placement": "pre", "attention": "talking_heads"}
 
@@ -94,7 +97,8 @@ def assert_round_trip(directory, params, config):
         # come back as full mixing.
         config = config.replace(talking_heads=dataclasses.replace(config.talking_heads,
                                                                   groups=1))
-        params = {key: full_mixing(value) if key.endswith("_mixing") else value
+        params = {key: full_mixing(key.split("/")[-1], value)
+                  if key.split("/")[-1] in MIXING else value
                   for key, value in flat(jax.device_get(params)).items()}
         params = flax.traverse_util.unflatten_dict(params, sep="/")
     imported_config = model_config_from_hf(json.loads((directory / "config.json").read_text()))

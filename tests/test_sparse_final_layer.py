@@ -36,6 +36,7 @@ def mlm_loss_and_grads(cfg, params, ids, types, mask):
 @pytest.mark.parametrize("variant,norm", [
     ("multi_head", "post"), ("multi_head_fixed_head", "pre"), ("multi_head_fused", "post"),
     ("talking_heads_hk_hv", "pre"), ("talking_heads_chunked", "post"),
+    ("talking_heads_dynamic", "post"),  # x2l/x2w read the query rows' hidden states
 ])
 def test_sparse_final_layer_equals_dense_values_and_gradients(variant, norm, rng):
     fields = dict(ATTENTION_VARIANTS[variant])
