@@ -28,6 +28,8 @@ VARIANTS = {  # name -> configs/model.py ARGS (all at BERT-base size)
     "talking_heads": "size=base,attention=talking_heads",
     "talking_heads_hk_hv": "size=base,attention=talking_heads,th_logit_heads=16,"
                            "th_value_heads=8",
+    "talking_heads_dynamic_grouped": "size=base,attention=talking_heads,th_groups=4,"
+                                     "th_dynamic=x2l+m2l+x2w+m2w",
 }
 
 
