@@ -7,11 +7,12 @@ Einsum and shape letters, one legend for the whole project (files refer here):
   K key size (per-head query/key width)                  V value size (per-head value width)
   P masked (predicted) positions per sequence
   R head groups (talking heads' block-diagonal mixing); n, h: heads per group
-For multi-head attention N = H = G; talking heads calls them h_k, h, h_v. The
-vocabulary size is written out as `vocab`, never a letter (V is the value size).
+For multi-head attention N = H = G; talking heads calls them h_k, h, h_v; general
+bilinear attention has H heads with K = V = D. The vocabulary size is written out as
+`vocab`, never a letter (V is the value size).
 """
 
-from attention import multi_head, talking_heads  # noqa: F401  (registers the variants)
+from attention import general_bilinear, multi_head, talking_heads  # noqa: F401  (registers)
 from attention.base import Attention
 from attention.registry import get, names, register
 

@@ -74,6 +74,7 @@ ATTENTION_VARIANTS = {
     # every dynamic projection, at a scale where they matter (the default 1e-2 barely does)
     "talking_heads_dynamic": {"attention": "talking_heads", "talking_heads": {
         "dynamic_projections": "x2l+m2l+x2w+m2w", "dynamic_init_scale": 1.0}},
+    "general_bilinear": {"attention": "general_bilinear", "num_heads": 3},
 }
 
 

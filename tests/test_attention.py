@@ -201,8 +201,8 @@ def test_appending_padding_leaves_real_positions_unchanged(case, norm, rng):
     np.testing.assert_allclose(long["hidden_states"][:, :8], short, atol=1e-5)
 
 
-def test_registry_lists_both_variants_and_rejects_unknown():
-    assert attention.names() == ("multi_head", "talking_heads")
+def test_registry_lists_every_variant_and_rejects_unknown():
+    assert attention.names() == ("general_bilinear", "multi_head", "talking_heads")
     with pytest.raises(KeyError, match="unknown"):
         attention.get("linear_attention")
 

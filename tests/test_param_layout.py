@@ -30,6 +30,7 @@ VARIANTS = {  # name -> configs/model.py ARGS (all at BERT-base size)
                            "th_value_heads=8",
     "talking_heads_dynamic_grouped": "size=base,attention=talking_heads,th_groups=4,"
                                      "th_dynamic=x2l+m2l+x2w+m2w",
+    "general_bilinear": "size=base,attention=general_bilinear",
 }
 
 
