@@ -41,7 +41,7 @@ SIZES: dict[str, tuple[int, int, int, int]] = {
 MODEL_ARGS: dict[str, str] = {
     "size": "size",
     "row": "row",
-    "attention": "attention",  # a registry name: multi_head | talking_heads
+    "attention": "attention",  # a registry name (attention/registry.py names())
     "impl": "attention_impl",  # einsum | fused
     "layers": "num_layers",
     "hidden": "hidden_size",

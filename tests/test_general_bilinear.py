@@ -193,3 +193,20 @@ def test_a_sharded_run_equals_one_device():
     layer = sharded_state["params"]["bert"]["encoder"]["layer_0"]["attention"]
     assert layer["query"]["kernel"].sharding.spec == P("fsdp", "tensor", None)
     assert layer["query"]["kernel"].addressable_shards[0].data.shape == (16, 2, 32)
+
+
+@pytest.mark.parametrize("attention_name,exportable", [("general_bilinear", False),
+                                                       ("talking_heads", True)])
+def test_the_end_of_a_run_suggests_an_export_only_where_one_works(attention_name, exportable):
+    from configs import pretrain
+    from training.finetune import where_results_went
+    from training.pretrain import end_of_run
+    from training.results import FinalMetrics, GlueResults
+
+    config = pretrain.get_config(f"size=micro,attention={attention_name}")
+    lines = end_of_run("runs/x", FinalMetrics(10, 1.0), config, 0, 3.0, 10, True)
+    assert ("export_hf.py" in lines) == exportable
+    glue = GlueResults("runs/x@10", tasks={"sst2": None})
+    line = where_results_went("runs/g", glue, type("C", (), {"save_model": "best"}),
+                              attention_name)
+    assert ("export_hf.py" in line) == exportable

@@ -31,6 +31,7 @@ import glue
 import input_pipeline
 from glue import report
 from models import BertForSequenceClassification, BertModel, ModelConfig
+from models.hf_export import EXPORTABLE_ATTENTION
 from training import checkpoints, metrics, results, sharding, steps
 from training import workdir as workdir_lib
 from training.checkpoints import CheckpointError
@@ -642,19 +643,22 @@ def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list,
     label = f"{pretrained.model_config.attention} ({pretrained.model_config.size})"
     suite.write(workdir)
     metrics.console(report.write_markdown(workdir, suite, label))
-    metrics.console(where_results_went(workdir, suite, config))
+    metrics.console(where_results_went(workdir, suite, config,
+                                       pretrained.model_config.attention))
     return suite.to_json()
 
 
-def where_results_went(workdir: str, suite: results.GlueResults, config) -> str:
-    """The line after the table: the files written, and how to export a model."""
+def where_results_went(workdir: str, suite: results.GlueResults, config,
+                       attention: str = "multi_head") -> str:
+    """The line after the table: the files written, and how to export a model (of a
+    variant transformers can compute)."""
     workdir = os.path.normpath(workdir)
     line = f"wrote {os.path.join(workdir, results.GLUE_RESULTS)} and " \
            f"{os.path.join(workdir, results.GLUE_MARKDOWN)}"
     submission = os.path.join(workdir, "submission")
     if os.path.isdir(submission):
         line += f"; GLUE submission files in {submission}/"
-    if config.save_model != "none" and suite.tasks:
+    if config.save_model != "none" and suite.tasks and attention in EXPORTABLE_ATTENTION:
         task = next(iter(suite.tasks))
         line += (f"; export a fine-tuned model: python scripts/export_hf.py --workdir "
                  f"{workdir} --task {glue.get_task(task).name.lower().replace('-', '')} "

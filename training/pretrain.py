@@ -24,6 +24,7 @@ from attention import registry
 from models import BertForMaskedLM, ModelConfig
 from models.config import EXECUTION_FIELDS
 from models.flops import flop_count
+from models.hf_export import EXPORTABLE_ATTENTION
 from training import checkpoints, hardware, metrics, results, sharding, steps, warm_start
 from training import workdir as workdir_lib
 from training.cli import Stopped
@@ -512,7 +513,8 @@ def end_of_run(workdir: str, final: results.FinalMetrics, config: ml_collections
               f"  python eval_glue.py --config configs/glue.py:task=rte "
               f"--config.init_from={workdir} --workdir {workdir}_glue  "
               f"# GLUE from the hub; --config.glue_dir=DIR reads local TSVs",
-              f"  python scripts/export_hf.py --workdir {workdir} --out {workdir}_hf",
+              *([f"  python scripts/export_hf.py --workdir {workdir} --out {workdir}_hf"]
+                if config.model.attention in EXPORTABLE_ATTENTION else []),
               f"  python scripts/fill_mask.py --workdir {workdir} \"Paris is the [MASK] of "
               f"France.\""]
     return "\n".join(lines)
