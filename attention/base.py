@@ -94,6 +94,12 @@ class Attention(nn.Module):
         return config.num_heads
 
     @classmethod
+    def label(cls, config: ModelConfig) -> str:
+        """The attention as tables and plots name it: the variant, and the settings that
+        set its rows apart."""
+        return config.attention
+
+    @classmethod
     def key_size(cls, config: ModelConfig) -> int:
         """Per-head query/key width K: config.key_size; unset, D / N (the query/key heads
         share the width, as Mesh TensorFlow's talking heads do)."""

@@ -213,6 +213,16 @@ class TalkingHeadsAttention(Attention):
         return (th.num_value_heads or config.num_heads) if th.mix_weights else config.num_heads
 
     @classmethod
+    def label(cls, config: ModelConfig) -> str:
+        """'talking_heads', with its init when not fan_in, its groups and its dynamic
+        projections, e.g. 'talking_heads (identity mixing, dynamic x2l+m2w)'."""
+        th = config.talking_heads
+        parts = ([f"{th.init} mixing"] if th.init != "fan_in" else []) + (
+            [f"{th.groups} groups"] if th.groups > 1 else []) + (
+            [f"dynamic {th.dynamic_projections}"] if th.dynamic else [])
+        return f"{config.attention} ({', '.join(parts)})" if parts else config.attention
+
+    @classmethod
     def _mixing_sides(cls, config: ModelConfig) -> dict[str, int]:
         """{'logits': N H / R, 'weights': H G / R}: the entries of each mixing matrix
         there is (the blocks' entries when grouped)."""

@@ -10,7 +10,9 @@ Low-rank bottleneck (Bhojanapalli et al. 2020), 24 layers:
   Table 2B  d=512, h=8, fixed head size d_p = 32/64/256
   Table 3   d=768, d_p=128, h = 8/12/16/20
 Talking heads (Shazeer et al. 2020), BERT-base width: h = 6/12/24/48 with
-key/value size 768/h, multi-head vs talking-heads.
+key/value size 768/h, multi-head vs talking-heads; the same paper's other members of
+the family at BERT-base, 12 heads: dynamic projections (each of x2l, m2l, x2w, m2w, both
+of a side, all four) and general bilinear attention (h = 2, 4, 12).
 """
 
 from __future__ import annotations
@@ -73,7 +75,29 @@ def _talking_heads_rows() -> dict[str, list[Row]]:
         for h in (6, 12, 24, 48)
         for short, variant in (("mh", "multi_head"), ("th", "talking_heads"))
     ]
-    return {"talking_heads": rows}
+    return {"talking_heads": rows, **_attention_family_rows()}
+
+
+# The dynamic-projection subsets the rows compare: each one alone, both terms of a side,
+# all four.
+DYNAMIC_SUBSETS = ("x2l", "m2l", "x2w", "m2w", "x2l+m2l", "x2w+m2w", "x2l+m2l+x2w+m2w")
+
+
+def _attention_family_rows() -> dict[str, list[Row]]:
+    """The rest of the talking-heads paper's family at BERT-base width and 12 heads.
+    The paper ran its dynamic-projection and general-bilinear experiments on T5 (an
+    encoder-decoder), not BERT, so these rows carry no reported numbers. General
+    bilinear attention has 2 h D^2 attention parameters a layer: at h = 2 exactly
+    multi-head's 4 D^2 (the equal-parameter row), at 12 heads 6x as many."""
+    base = {"size": "base", "heads": 12}
+    th = {**base, "attention": "talking_heads"}
+    dynamic = [Row("fam_base_mh_h12", base), Row("fam_base_th_h12", th)]
+    dynamic += [Row(f"fam_base_th_{subset.replace('+', '_')}_h12", {**th, "th_dynamic": subset})
+                for subset in DYNAMIC_SUBSETS]
+    bilinear = [Row("fam_base_mh_h12", base)] + [
+        Row(f"fam_base_gb_h{h}", {"size": "base", "heads": h, "attention": "general_bilinear"})
+        for h in (2, 4, 12)]
+    return {"talking_heads_dynamic": dynamic, "general_bilinear": bilinear}
 
 
 def _cpu_rows() -> dict[str, list[Row]]:
@@ -169,6 +193,12 @@ GLUE_PROTOCOLS: dict[str, str] = {
 # tables.py's default (multi-head vs the other attentions at an equal model), which
 # would pair every multi-head row of classifier_question with every talking-heads row.
 PAIRS: dict[str, list[tuple[str, str]]] = {
+    # Static talking heads against multi-head, then each dynamic subset against static.
+    "talking_heads_dynamic": [("fam_base_mh_h12", "fam_base_th_h12")] + [
+        ("fam_base_th_h12", f"fam_base_th_{subset.replace('+', '_')}_h12")
+        for subset in DYNAMIC_SUBSETS],
+    # Multi-head against general bilinear at equal attention parameters (h = 2) and more.
+    "general_bilinear": [("fam_base_mh_h12", f"fam_base_gb_h{h}") for h in (2, 4, 12)],
     # Each fix of the small key size at the same heads, and the key size itself.
     "synthetic_find": [
         ("syn_mh_h8", "syn_mh_k32_h8"), ("syn_mh_h8", "syn_fixed32_h8"),

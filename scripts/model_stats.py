@@ -16,6 +16,7 @@ import sys
 import numpy as np
 from absl import app, flags, logging
 
+from attention import registry
 from configs import grids
 from configs import model as model_configs
 from models import ModelConfig
@@ -38,7 +39,8 @@ def row_line(name: str, cfg: ModelConfig, seq_len: int, reported: dict) -> str:
     flops = flop_count(cfg, seq_len)
     paper = f"{reported['params_m']:.0f}M" if "params_m" in reported else "-"
     return (f"| {name} | {cfg.num_layers} | {cfg.hidden_size} | {cfg.num_heads} | "
-            f"{cfg.head_key_size} | {cfg.head_value_size} | {cfg.attention} | "
+            f"{cfg.head_key_size} | {cfg.head_value_size} | "
+            f"{registry.get(cfg.attention).label(cfg)} | "
             f"{encoder / 1e6:.1f}M | {paper} | {head / 1e6:.2f}M | "
             f"{significant(flops.encoder_per_token / 1e9)} |")
 

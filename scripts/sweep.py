@@ -516,9 +516,16 @@ def print_stats(runs: list[Run], settings: Settings) -> None:
         flops = sweep_grids.flops_per_token(cfg, seq_len)
         paper = f"{run.row.reported['params_m']:.0f}M" if "params_m" in run.row.reported else "-"
         print(f"| {run.row.name} | {cfg.num_layers} | {cfg.hidden_size} | {cfg.num_heads} | "
-              f"{cfg.head_key_size} | {cfg.head_value_size} | {cfg.attention} | "
-              f"{sweep_grids.millions(at_paper)} | {paper} | {sweep_grids.millions(at_run)} "
+              f"{cfg.head_key_size} | {cfg.head_value_size} | "
+              f"{attention_label(cfg)} | {sweep_grids.millions(at_paper)} | {paper} | "
+              f"{sweep_grids.millions(at_run)} "
               f"(vocab {run.run_vocab}) | {flops / 1e9:.4g} (n={seq_len}) |")
+
+
+def attention_label(cfg: Any) -> str:
+    from attention import registry  # the models are built by now; JAX is imported
+
+    return registry.get(cfg.attention).label(cfg)
 
 
 def print_commands(runs: list[Run], python: str) -> None:

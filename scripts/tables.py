@@ -61,6 +61,7 @@ import scipy.stats
 from absl import app, flags, logging
 
 import glue
+from attention import registry
 from configs import grids
 from scripts import sweep_grids
 from training.files import write_text_atomic
@@ -518,7 +519,7 @@ def default_pairs(results: list[RowResult], baseline: str | None) -> list[tuple[
         groups: dict[str, list[RowResult]] = {}
         for r in known:
             shape = {k: v for k, v in r.model.to_dict().items()
-                     if k not in ("attention", "talking_heads", "size", "vocab_size")}
+                     if k not in ("attention", "size", "vocab_size", *registry.with_settings())}
             groups.setdefault(json.dumps(shape, sort_keys=True), []).append(r)
         pairs = [(mh.row.name, other.row.name) for group in groups.values()
                  for mh in group if mh.model.attention == "multi_head"
@@ -588,7 +589,8 @@ def describe(result: RowResult) -> dict[str, str]:
     if m is None:
         return dict.fromkeys(("attention", "heads", "key", "value", "GFLOPs/token", "params"),
                              "-")
-    return {"attention": m.attention, "heads": str(m.num_heads), "key": str(m.head_key_size),
+    return {"attention": attention_label(m), "heads": str(m.num_heads),
+            "key": str(m.head_key_size),
             "value": str(m.head_value_size), "GFLOPs/token": f"{result.flops / 1e9:.4g}",
             "params": sweep_grids.millions(result.params)}
 
@@ -756,11 +758,10 @@ def finetuning_start(row: grids.Row) -> str:
 
 
 def attention_label(model: Any) -> str:
-    """The attention as a plot names it; talking heads with identity-initialised mixing
-    is its own line (it sits beside the fan-in rows at the same heads and lr)."""
-    if model.attention == "talking_heads" and model.talking_heads.init != "fan_in":
-        return f"{model.attention} ({model.talking_heads.init} mixing)"
-    return model.attention
+    """The attention as a plot names it (the variant's label): talking heads with
+    identity-initialised mixing, groups or dynamic projections is its own line (it sits
+    beside the plain rows at the same heads and lr)."""
+    return registry.get(model.attention).label(model)
 
 
 def plot_lines(results: list[RowResult], x_name: str
