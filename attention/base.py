@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from attention.initializers import kernel_init, zeros_init
+from common.errors import ConfigError
 
 if TYPE_CHECKING:
     from models.config import ModelConfig
@@ -124,7 +125,6 @@ class Attention(nn.Module):
     @classmethod
     def check_head_sizes(cls, config: ModelConfig) -> None:
         """An unset key (value) size is D / N (D / G): those heads must divide D."""
-        from models.config import ConfigError  # at call time: models imports attention
 
         for unset, heads, field in (
                 ("key_size", cls.logit_heads(config), "num_logit_heads"),

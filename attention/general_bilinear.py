@@ -36,6 +36,7 @@ import jax.numpy as jnp
 
 from attention.base import Attention, dropout_weights, padding_bias, softmax_weights
 from attention.registry import register
+from common.errors import ConfigError
 
 if TYPE_CHECKING:
     from models.config import ModelConfig
@@ -72,7 +73,6 @@ class GeneralBilinearAttention(Attention):
     @classmethod
     def check_head_sizes(cls, config: ModelConfig) -> None:
         """Any head count works (nothing is split D / H); key and value sizes are D."""
-        from models.config import ConfigError  # at call time: models imports attention
 
         for name in ("key_size", "value_size"):
             size = getattr(config, name)
@@ -84,7 +84,6 @@ class GeneralBilinearAttention(Attention):
 
     @classmethod
     def check_config(cls, config: ModelConfig) -> None:
-        from models.config import ConfigError
 
         noise = config.general_bilinear.dropout_noise
         if noise not in DROPOUT_NOISE:

@@ -65,6 +65,7 @@ from attention.base import (
     softmax_weights,
 )
 from attention.registry import register
+from common.errors import ConfigError
 
 if TYPE_CHECKING:
     from models.config import ModelConfig
@@ -280,7 +281,6 @@ class TalkingHeadsAttention(Attention):
 
     @classmethod
     def _check_dynamic(cls, config: ModelConfig) -> None:
-        from models.config import ConfigError
 
         th = config.talking_heads
         given = th.dynamic_projections
@@ -310,7 +310,6 @@ class TalkingHeadsAttention(Attention):
 
     @classmethod
     def check_config(cls, config: ModelConfig) -> None:
-        from models.config import ConfigError  # at call time: models imports attention
 
         th = config.talking_heads
         for name, allowed in CHOICES.items():

@@ -8,7 +8,7 @@ MNLI/QNLI/RTE, scores (3 decimals, as in GLUE's STS-B files) for STS-B.
 The server also wants AX.tsv (the diagnostic set, predicted by the MNLI
 model), which this package does not produce.
 
-The file is written atomically (training/files.py), so a crash never leaves a
+The file is written atomically (common/files.py), so a crash never leaves a
 half-written file under the final name.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common.files import write_text_atomic
 from glue.tasks import GlueTask, get_task
-from training.files import write_text_atomic
 
 HEADER = "index\tprediction"
 

@@ -28,8 +28,8 @@ from tokenizers import (
     trainers,
 )
 
+from common.files import write_text_atomic  # the project's one atomic file writer
 from input_pipeline.errors import TokenizerError
-from training.files import write_text_atomic  # the project's one atomic file writer
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)

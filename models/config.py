@@ -12,6 +12,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from attention import registry
+from common.errors import ConfigError  # noqa: F401  (models.config.ConfigError, as before)
 
 # The settings dataclass of the talking_heads variant (defined beside it, in
 # attention/talking_heads.py; models/ never imports a variant).
@@ -28,10 +29,6 @@ EXECUTION_FIELDS = ("dropout_rate", "attention_dropout_rate", "dtype", "remat",
                     "attention_impl", "sparse_final_layer", "size") + tuple(
     f"{name}.{field}" for name, v in registry.with_settings().items()
     for field in v.execution_fields)
-
-
-class ConfigError(ValueError):
-    """A config value or combination that cannot work; the message names the field."""
 
 
 @dataclasses.dataclass(frozen=True)

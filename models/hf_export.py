@@ -214,8 +214,8 @@ def save_pretrained(params: Mapping[str, Any], config: ModelConfig, tokenizer: A
     """
     from safetensors.numpy import save_file
 
+    from common.files import replaced_directory
     from input_pipeline.tokenizer import save_tokenizer
-    from training.files import replaced_directory
 
     out = Path(out_dir)
     check_exportable(config)

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from common.errors import CheckpointError  # one class for every checkpoint error
 from models.config import ModelConfig
 from models.hf_export import ABLATION_MODEL_TYPE, MIXING
-from training.checkpoints import CheckpointError  # one class for every checkpoint error
 
 __all__ = ["CheckpointError", "convert_bert", "from_pretrained", "load_state_dict"]
 

@@ -28,7 +28,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from training.files import write_text_atomic  # noqa: E402
+from common.files import write_text_atomic  # noqa: E402
 
 FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -102,10 +102,10 @@ def run_grid(config, topology, fit_check) -> None:
 
     import jax
 
+    from common.files import write_json_atomic, write_text_atomic
     from configs import grids
     from configs import model as model_configs
     from training import pretrain
-    from training.files import write_json_atomic, write_text_atomic
 
     if not FLAGS.out_dir:
         raise ValueError("--grid needs --out_dir for its records")

@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from training.files import atomic_path, write_text_atomic
+from common.files import atomic_path, write_text_atomic
 
 Array = jax.Array
 Params = dict[str, Array]

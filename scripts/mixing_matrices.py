@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 from absl import app, flags, logging
 
+from common.files import write_json_atomic
 from models.hf_export import full_mixing
-from training.files import write_json_atomic
 
 FLAGS = flags.FLAGS
 

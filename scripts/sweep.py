@@ -38,11 +38,11 @@ from typing import Any
 
 from absl import app, flags, logging
 
+from common.files import write_text_atomic
 from configs import glue as glue_configs
 from configs import grids, overrides
 from scripts import sweep_grids
 from training import results
-from training.files import write_text_atomic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

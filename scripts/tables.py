@@ -62,9 +62,9 @@ from absl import app, flags, logging
 
 import glue
 from attention import registry
+from common.files import write_text_atomic
 from configs import grids
 from scripts import sweep_grids
-from training.files import write_text_atomic
 from training.results import (
     FINAL_METRICS,
     FinalMetrics,

@@ -21,8 +21,8 @@ import sys
 import numpy as np
 from absl import app, flags
 
+from common.files import write_json_atomic
 from training import results
-from training.files import write_json_atomic
 
 FLAGS = flags.FLAGS
 

@@ -1,4 +1,4 @@
-"""training/files.py: the one atomic file writer."""
+"""common/files.py: the one atomic file writer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from training import files
+from common import files
 
 
 def test_json_text_and_bytes_land_whole_with_an_ordinary_files_mode(tmp_path):

@@ -1,11 +1,11 @@
-"""glue/report.py: eval_glue.py's results.md in the BERT table's layout."""
+"""training/glue_report.py: eval_glue.py's results.md in the BERT table's layout."""
 
 from __future__ import annotations
 
 import pytest
 
 import glue
-from glue import report
+from training import glue_report as report
 from training import results
 
 

@@ -30,13 +30,10 @@ import orbax.checkpoint as ocp
 from absl import logging
 from orbax.checkpoint import checkpoint_managers as policies
 
-from training.files import write_json_atomic
+from common.errors import CheckpointError  # noqa: F401  (raised here; models/ raise it too)
+from common.files import write_json_atomic
 
 CHECKSUMS = "sha256sums.json"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that is missing, damaged or does not fit; the message names the path."""
 
 
 class _DropReadOnlyNotices(std_logging.Filter):

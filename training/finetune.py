@@ -6,7 +6,7 @@ skips it; an interrupted run has no result.json and is redone. The task summary
 picks the learning rate with the best mean dev score over seeds and reports
 mean, std and every seed's score; the best run's test predictions become GLUE
 submission files. The files' formats are training/results.py's records (RunResult,
-TaskSummary, GlueResults); results.md's table is glue/report.py's.
+TaskSummary, GlueResults); results.md's table is training/glue_report.py's.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import tokenizers
 
 import glue
 import input_pipeline
-from glue import report
+from common.files import write_json_atomic
 from models import BertForSequenceClassification, BertModel, ModelConfig
 from models.hf_export import EXPORTABLE_ATTENTION
 from training import checkpoints, metrics, results, sharding, steps
+from training import glue_report as report
 from training import workdir as workdir_lib
 from training.checkpoints import CheckpointError
 from training.cli import Stopped
-from training.files import write_json_atomic
 from training.optimizer import make_optimizer
 from training.preemption import PreemptionFlag
 from training.workdir import WorkdirLock

@@ -21,6 +21,7 @@ import numpy as np
 
 import input_pipeline
 from attention import registry
+from common.files import copy_file_atomic, write_json_atomic
 from models import BertForMaskedLM, ModelConfig
 from models.config import EXECUTION_FIELDS
 from models.flops import flop_count
@@ -28,7 +29,6 @@ from models.hf_export import EXPORTABLE_ATTENTION
 from training import checkpoints, hardware, metrics, results, sharding, steps, warm_start
 from training import workdir as workdir_lib
 from training.cli import Stopped
-from training.files import copy_file_atomic, write_json_atomic
 from training.optimizer import make_optimizer
 from training.preemption import PreemptionFlag
 from training.workdir import WorkdirLock

@@ -13,7 +13,7 @@ A GLUE workdir (eval_glue.py --workdir):
   TASK/lr{LR}_seed{S}/result.json   RunResult: one finished (task, lr, seed) run
   results.json            GlueResults: init, one TaskSummary per task, skipped tasks,
                           tasks without a submission
-  results.md              the table of glue/report.py
+  results.md              the table of training/glue_report.py
 A sweep's OUT (scripts/sweep.py --out):
   sweep.json              SweepManifest: grid, rows, seeds, GLUE tasks, arguments
   launch_list.txt         cluster mode: the run scripts, one per line
@@ -59,7 +59,7 @@ import re
 import sys
 from typing import Any
 
-from training.files import write_json_atomic
+from common.files import write_json_atomic
 
 FINAL_METRICS = "final_metrics.json"
 CHECKPOINTS = "checkpoints"  # a pretraining workdir's (training/checkpoints.py)

@@ -23,11 +23,11 @@ import ml_collections
 import numpy as np
 
 import squad
+from common.files import copy_file_atomic, write_json_atomic, write_text_atomic
 from models import BertForQuestionAnswering
 from training import finetune, metrics, results, steps
 from training import workdir as workdir_lib
 from training.cli import Stopped
-from training.files import copy_file_atomic, write_json_atomic, write_text_atomic
 from training.preemption import PreemptionFlag
 from training.workdir import WorkdirLock
 

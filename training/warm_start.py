@@ -20,10 +20,10 @@ import ml_collections
 import numpy as np
 
 import input_pipeline
+from common.files import write_json_atomic
 from models import ModelConfig
 from models.config import EXECUTION_FIELDS
 from training import checkpoints, metrics, results
-from training.files import write_json_atomic
 
 RECORD = "warm_start.json"
 

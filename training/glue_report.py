@@ -14,9 +14,9 @@ import os
 
 import numpy as np
 
+from common.files import write_text_atomic
 from glue.metrics import glue_average
 from glue.tasks import TASKS
-from training.files import write_text_atomic
 from training.results import GLUE_MARKDOWN, GlueResults
 
 

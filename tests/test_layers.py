@@ -1,0 +1,91 @@
+"""The import graph goes one way: no module imports a package of a layer above its own.
+
+The layer order is written once, here (README "Layout" describes it). Imports inside
+functions count (they run); imports under `if TYPE_CHECKING:` do not (they never run)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ENTRY_POINTS = "entry points"  # train.py, eval_glue.py, eval_squad.py
+# Bottom to top; packages in one layer do not import each other either.
+LAYERS: list[set[str]] = [
+    {"common"},  # console lines, hub loading, the atomic file writer, the error types
+    {"input_pipeline"},  # corpora, tokenizer, packing, masking, batches
+    {"attention"},  # the variants and their registry
+    {"models"},  # BERT, ModelConfig, FLOP and memory counts, Hugging Face in and out
+    {"configs"},  # ml_collections configs and the papers' grids
+    {"glue", "squad"},  # the fine-tuning tasks' data and metrics
+    {"training"},  # the drivers: mesh, steps, checkpoints, loops, result records
+    {"analysis"},  # sweeps, tables, tests over seeds, plots, the study tools
+    {"scripts"},  # command-line entries
+    {ENTRY_POINTS},
+]
+LAYER_OF = {package: i for i, layer in enumerate(LAYERS) for package in layer}
+
+
+def package_of(path: Path) -> str:
+    top = path.relative_to(REPO).parts[0]
+    return ENTRY_POINTS if top.endswith(".py") else top
+
+
+def type_checking_nodes(tree: ast.AST) -> set[int]:
+    guarded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            guarded |= {id(child) for stmt in node.body for child in ast.walk(stmt)}
+    return guarded
+
+
+def imported_packages(path: Path) -> list[tuple[str, int]]:
+    """(top-level package of this project, line) of every import that can run."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    guarded = type_checking_nodes(tree)
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in guarded:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [(name.split(".")[0], node.lineno) for name in names
+                  if name.split(".")[0] in LAYER_OF]
+    return found
+
+
+def project_modules() -> list[Path]:
+    modules = [p for p in REPO.glob("*.py")]
+    for layer in LAYERS:
+        for package in layer - {ENTRY_POINTS}:
+            modules += sorted((REPO / package).rglob("*.py"))
+    return modules
+
+
+def test_every_package_has_a_layer():
+    packages = {p.name for p in REPO.iterdir()
+                if p.is_dir() and (p / "__init__.py").exists()} - {"tests"}
+    assert packages <= set(LAYER_OF), sorted(packages - set(LAYER_OF))
+
+
+def test_no_module_imports_a_package_above_or_beside_its_own():
+    upward = []
+    for path in project_modules():
+        own = package_of(path)
+        for package, line in imported_packages(path):
+            if package != own and LAYER_OF[package] >= LAYER_OF[own]:
+                upward.append(f"{path.relative_to(REPO)}:{line} imports {package} "
+                              f"(layer {LAYER_OF[package]} >= {LAYER_OF[own]})")
+    assert upward == []
+
+
+def test_the_check_sees_imports_inside_functions_and_skips_type_checking(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                      "    from training import steps\n"
+                      "def f():\n    from training.results import GlueResults\n")
+    assert imported_packages(source) == [("training", 5)]
