@@ -50,6 +50,7 @@ chunk in the backward pass (jax.checkpoint), so only (B, H, C, S) is live.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING
 
 import flax.linen as nn
@@ -296,9 +297,10 @@ class TalkingHeadsAttention(Attention):
                 f"model.talking_heads.dynamic_projections={given!r}: give a subset of "
                 f"{', '.join(DYNAMIC)}, each once, '+'-joined in that order{hint}")
         scale = th.dynamic_init_scale
-        if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale >= 0:
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not (
+                math.isfinite(scale) and scale >= 0):
             raise ConfigError(f"model.talking_heads.dynamic_init_scale={scale!r} must be a "
-                              f"number >= 0")
+                              f"finite number >= 0")
         if config.attention != "talking_heads":
             return
         for name in names:
@@ -318,7 +320,8 @@ class TalkingHeadsAttention(Attention):
                                   f"unknown; choose one of {allowed}")
         for name in ("num_logit_heads", "num_value_heads", "query_chunk_size", "groups"):
             value = getattr(th, name)
-            if value is not None and (not isinstance(value, int) or value <= 0):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value <= 0):
                 raise ConfigError(
                     f"model.talking_heads.{name}={value!r} must be a positive integer")
         cls._check_dynamic(config)

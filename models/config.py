@@ -93,7 +93,7 @@ class ModelFields:
 
     # -- construction --------------------------------------------------------
     @classmethod
-    def from_config(cls, model: Any) -> ModelFields:
+    def from_config(cls, model: Any) -> ModelConfig:
         """Builds from a ConfigDict (or mapping) holding the fields above."""
         raw = dict(model.to_dict() if hasattr(model, "to_dict") else model)
         known = {f.name for f in dataclasses.fields(cls)}
@@ -101,7 +101,11 @@ class ModelFields:
         if unknown:
             raise ConfigError(f"model: unknown field(s) {unknown}; known: {sorted(known)}")
         for name, variant in registry.with_settings().items():
-            given = dict(raw.pop(name, None) or {})
+            given = raw.pop(name, None) or {}
+            if isinstance(given, variant.settings):  # already built
+                raw[name] = given
+                continue
+            given = dict(given)
             known = {f.name for f in dataclasses.fields(variant.settings)}
             unknown = sorted(set(given) - known)
             if unknown:
@@ -113,7 +117,7 @@ class ModelFields:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def replace(self, **changes: Any) -> ModelFields:
+    def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)
 
     # -- validation ----------------------------------------------------------

@@ -12,9 +12,9 @@ heads, key size K, value size V, width D, feed-forward width F:
   MLM head      2 * D * D + 2 * D * vocab               per *predicted* token
 
 Training costs 3x the forward pass (backward = 2x forward). With
-sparse_final_layer the last layer runs its key/value projections on every token
-and everything else (query and output projections, attention, mixing,
-feed-forward) only on the predicted tokens.
+sparse_final_layer the last layer runs its key/value projections and the variant's
+key-side work (talking heads' m2l/m2w maps) on every token and everything else (query
+and output projections, attention, mixing, feed-forward) only on the predicted tokens.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ Recomputation in Large Transformer Models", section 4.1):
 At BERT's shapes (N K = G V = D, F = 4 D, a = 2) this is their t D (34 + 5 H n / D).
 The embeddings keep a t D + t D; the MLM head a (4 p D) for its p predicted tokens and
 the fp32 logits with their gradient, 8 p V. With sparse_final_layer the last layer runs
-everything but its key and value projections on the p predicted tokens only.
+everything but its key and value projections (and the variant's key-side work: talking
+heads' m2l/m2w matrices) on the p predicted tokens only.
 
 The state is exact (the shard shapes of the state's arrays, training/fit_check.py); the
 gradients are one fp32 copy of this chip's parameter shard. XLA's plan differs from this

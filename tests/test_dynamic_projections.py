@@ -255,3 +255,17 @@ def test_a_sharded_run_equals_one_device():
     assert layer["logits_mixing_from_queries"].sharding.spec == P("fsdp", "tensor", None, None)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
                  jax.device_get(single_state["params"]), jax.device_get(sharded_state["params"]))
+
+
+@pytest.mark.parametrize("field,value", [("dynamic_init_scale", float("inf")),
+                                         ("groups", True), ("query_chunk_size", False)])
+def test_an_infinite_scale_or_a_boolean_count_is_refused(field, value):
+    with pytest.raises(ConfigError, match=f"model.talking_heads.{field}="):
+        config(**{field: value})
+
+
+def test_built_settings_pass_through_from_config():
+    from models import ModelConfig
+
+    cfg = config()
+    assert ModelConfig.from_config({**cfg.to_dict(), "talking_heads": cfg.talking_heads}) == cfg

@@ -413,6 +413,20 @@ def test_talking_heads_inserted_into_a_pre_ln_encoder_keep_its_function():
     np.testing.assert_allclose(np.asarray(outputs[1]), np.asarray(outputs[0]), atol=1e-5)
 
 
+def test_inserted_talking_heads_take_no_leftover_settings_from_the_checkpoint():
+    """A multi-head checkpoint's config may hold talking-heads settings it never used
+    (dynamic projections, groups): the inserted layers are plain identity mixing, so the
+    model is still the checkpoint's function, not one with fresh dynamic maps."""
+    from models import ModelConfig, TalkingHeadsConfig
+
+    leftover = TalkingHeadsConfig(dynamic_projections="x2l+m2w", groups=2, impl="chunked")
+    config = ModelConfig(num_layers=1, hidden_size=32, num_heads=4, mlp_dim=64,
+                         talking_heads=leftover)
+    converted, _ = finetune.with_talking_heads_at_identity(
+        config, {"encoder": {"layer_0": {"attention": {}}}}, "ckpt")
+    assert converted.talking_heads == TalkingHeadsConfig(init="identity", impl="chunked")
+
+
 def test_insert_talking_heads_refuses_a_talking_heads_checkpoint():
     from models import ModelConfig
 

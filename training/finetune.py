@@ -29,6 +29,7 @@ import tokenizers
 
 import glue
 import input_pipeline
+from attention import registry
 from common.files import write_json_atomic
 from models import BertForSequenceClassification, BertModel, ModelConfig
 from models.hf_export import EXPORTABLE_ATTENTION
@@ -134,9 +135,13 @@ def with_talking_heads_at_identity(model_config: ModelConfig, bert: dict[str, An
     if model_config.attention != "multi_head":
         raise ValueError(f"insert_talking_heads needs a multi_head checkpoint; {source} is "
                          f"{model_config.attention}")
-    settings = dataclasses.replace(model_config.talking_heads, init="identity",
-                                   num_logit_heads=None, num_value_heads=None,
-                                   projections="both", groups=1)
+    # Every architecture setting at its default (a multi-head config may carry talking
+    # heads settings it never used: dynamic maps would start random), the execution ones
+    # (impl, chunk size, dropout noise) as the config has them.
+    current = model_config.talking_heads
+    execution = registry.variant("talking_heads").execution_fields
+    settings = type(current)(init="identity",
+                             **{name: getattr(current, name) for name in execution})
     model_config = model_config.replace(attention="talking_heads", talking_heads=settings)
     eye = np.eye(model_config.num_heads, dtype=np.float32)
     encoder = {name: dict(layer) for name, layer in bert["encoder"].items()}
