@@ -387,13 +387,74 @@ def finetune_run(task: glue.GlueTask | Tuning, pretrained: Pretrained, data,
     mesh, rules = mesh_and_rules or make_mesh(config)
     os.makedirs(run_dir, exist_ok=True)
     tuning = task if isinstance(task, Tuning) else glue_tuning(task, data)
-    task = tuning.task
+    run = compile_run(tuning, pretrained, len(data["train"]["input_ids"]), learning_rate, seed,
+                      config, run_dir, mesh, rules, preemption)
+    state = restore_or_init_run(run)
+    writer = metrics.MetricWriter(run_dir)
+    try:
+        train_epochs(run, state, data["train"], writer)
+        dev = evaluate_run(run, state, data, writer)
+        run.stop_if_requested(state, "writing the result")
+    finally:
+        writer.close()
+        run.checkpointer.close()
+    return finish_run(run, state, dev)
+
+
+@dataclasses.dataclass(frozen=True)
+class FineTuneRun:
+    """What one (task, lr, seed) run reads: its recipe, compiled steps, files and flag."""
+
+    tuning: Tuning
+    pretrained: Pretrained
+    learning_rate: float
+    seed: int
+    config: Any
+    run_dir: str
+    mesh: Any
+    rules: Any
+    total_steps: int
+    buckets: tuple[int, ...]
+    sharded: sharding.ShardedState
+    init_key: Any
+    train_step: Any
+    predict: Any
+    checkpointer: checkpoints.Checkpointer
+    preemption: PreemptionFlag
+
+    @property
+    def task(self) -> Any:
+        return self.tuning.task
+
+    def stop_if_requested(self, state: FineTuneState, during: str) -> None:
+        """Saves this step's state (once) and stops, when a signal asked for it."""
+        if not self.preemption.requested():
+            return
+        if self.checkpointer.latest_step() != state.step:
+            self.checkpointer.save(state.step, state.train_state, {
+                "task": self.task.name, "lr": self.learning_rate, "seed": self.seed,
+                "final_train_loss": state.losses[-1] if state.losses else None})
+        raise Stopped(f"{self.preemption.signal_name}: saved {self.task.name} "
+                      f"lr={self.learning_rate:g} seed={self.seed} at step {state.step} "
+                      f"({during}); rerun the same command to continue")
+
+
+@dataclasses.dataclass
+class FineTuneState:
+    """What a run changes: its train state, the step reached, the logged losses."""
+
+    train_state: Any
+    start: int  # the step a preempted run resumes from (0: a fresh run)
+    step: int = 0
+    losses: list[float] = dataclasses.field(default_factory=list)
+
+
+def compile_run(tuning: Tuning, pretrained: Pretrained, num_train: int, learning_rate: float,
+                seed: int, config, run_dir: str, mesh, rules,
+                preemption: PreemptionFlag) -> FineTuneRun:
     model = tuning.model(pretrained.model_config)
-    train = data["train"]
-    num_train = len(train["input_ids"])
     steps_per_epoch = math.ceil(num_train / config.batch_size)
     total_steps = max(int(math.ceil(steps_per_epoch * config.num_epochs)), 1)
-    buckets = length_buckets(config.length_buckets, config.max_seq_length)
     # BERT's fine-tuning recipe through pretraining's optimizer builder: AdamW, clipping
     # at 1.0, linear warm-up over warmup_fraction of the steps, then linear decay to 0.
     optimizer, schedule = make_optimizer(ml_collections.ConfigDict(dict(
@@ -417,94 +478,103 @@ def finetune_run(task: glue.GlueTask | Tuning, pretrained: Pretrained, data,
         objective=tuning.objective))
     with mesh, nn.logical_axis_rules(rules):
         predict = jax.jit(tuning.predict_step(model, sharded.gather))
-
-    # A preempted run left a checkpoint: continue from its step (same batches, same
-    # dropout keys, since both are functions of (seed, step)).
     checkpointer = checkpoints.Checkpointer(os.path.join(run_dir, "checkpoints"), keep_last=1)
-    losses = []
-    if checkpointer.latest_step() is not None:
-        state, saved, start = checkpointer.restore(sharded.abstract)
+    return FineTuneRun(tuning, pretrained, learning_rate, seed, config, run_dir, mesh, rules,
+                       total_steps, length_buckets(config.length_buckets, config.max_seq_length),
+                       sharded, init_key, train_step, predict, checkpointer, preemption)
+
+
+def restore_or_init_run(run: FineTuneRun) -> FineTuneState:
+    """A preempted run left a checkpoint: continue from its step (same batches, same
+    dropout keys, since both are functions of (seed, step))."""
+    if run.checkpointer.latest_step() is not None:
+        train_state, saved, start = run.checkpointer.restore(run.sharded.abstract)
+        state = FineTuneState(train_state, start)
         if saved.get("final_train_loss") is not None:  # stopped after its last log step
-            losses.append(float(saved["final_train_loss"]))
-    else:
-        with mesh, nn.logical_axis_rules(rules):
-            state = sharded.init(init_key)
-        if pretrained.bert_params is not None:  # init=scratch keeps the fresh encoder
-            state["params"] = with_pretrained_encoder(
-                state["params"], pretrained.bert_params, sharded.shardings["params"])
-        start = 0
-    writer = metrics.MetricWriter(run_dir)
-    step = 0
+            state.losses.append(float(saved["final_train_loss"]))
+        return state
+    with run.mesh, nn.logical_axis_rules(run.rules):
+        train_state = run.sharded.init(run.init_key)
+    if run.pretrained.bert_params is not None:  # init=scratch keeps the fresh encoder
+        train_state["params"] = with_pretrained_encoder(
+            train_state["params"], run.pretrained.bert_params, run.sharded.shardings["params"])
+    return FineTuneState(train_state, 0)
 
-    def stop_if_requested(during: str) -> None:
-        """Saves this step's state (once) and stops, when a signal asked for it."""
-        if not preemption.requested():
-            return
-        if checkpointer.latest_step() != step:
-            checkpointer.save(step, state, {"task": task.name, "lr": learning_rate,
-                                            "seed": seed,
-                                            "final_train_loss": losses[-1] if losses else None})
-        writer.close()
-        checkpointer.close()
-        raise Stopped(f"{preemption.signal_name}: saved {task.name} lr={learning_rate:g} "
-                      f"seed={seed} at step {step} ({during}); rerun the same command to "
-                      f"continue")
 
+def train_epochs(run: FineTuneRun, state: FineTuneState, train: dict[str, np.ndarray],
+                 writer: metrics.MetricWriter) -> None:
+    """Every step to total_steps, skipping (without computing) those a resume has done."""
+    config = run.config
     for epoch in range(math.ceil(config.num_epochs)):
-        order = epoch_order(train["attention_mask"].sum(axis=1), seed, epoch,
+        order = epoch_order(train["attention_mask"].sum(axis=1), run.seed, epoch,
                             config.batch_size, config.group_by_length)
-        for batch in batches(train, order, config.batch_size, buckets, tuning.label_keys):
-            if step >= total_steps:
+        for batch in batches(train, order, config.batch_size, run.buckets,
+                             run.tuning.label_keys):
+            if state.step >= run.total_steps:
                 break
-            if step < start:
-                step += 1
+            if state.step < state.start:
+                state.step += 1
                 continue
-            with mesh, nn.logical_axis_rules(rules):
-                state, step_metrics = train_step(state, on_mesh(batch, mesh, rules))
-            step += 1
-            if step % config.log_every_steps == 0 or step == total_steps:
-                m = jax.device_get(step_metrics)
-                loss = float(m["loss_sum"]) / max(float(m["weight"]), 1.0)
-                if not bool(m["finite"]):
-                    raise RuntimeError(f"{task.name} lr={learning_rate} seed={seed}: "
-                                       f"non-finite loss at step {step}")
-                losses.append(loss)
-                writer.scalars(step, {"train_loss": loss,
-                                      "learning_rate": float(m["learning_rate"])})
-            stop_if_requested("training")
-    params = state["params"]
-    dev = {}
+            with run.mesh, nn.logical_axis_rules(run.rules):
+                state.train_state, step_metrics = run.train_step(
+                    state.train_state, on_mesh(batch, run.mesh, run.rules))
+            state.step += 1
+            if state.step % config.log_every_steps == 0 or state.step == run.total_steps:
+                log_train_step(run, state, step_metrics, writer)
+            run.stop_if_requested(state, "training")
+
+
+def log_train_step(run: FineTuneRun, state: FineTuneState, step_metrics: Any,
+                   writer: metrics.MetricWriter) -> None:
+    m = jax.device_get(step_metrics)
+    loss = float(m["loss_sum"]) / max(float(m["weight"]), 1.0)
+    if not bool(m["finite"]):
+        raise RuntimeError(f"{run.task.name} lr={run.learning_rate} seed={run.seed}: "
+                           f"non-finite loss at step {state.step}")
+    state.losses.append(loss)
+    writer.scalars(state.step, {"train_loss": loss, "learning_rate": float(m["learning_rate"])})
+
+
+def evaluate_run(run: FineTuneRun, state: FineTuneState, data, writer: metrics.MetricWriter
+                 ) -> dict[str, dict[str, float]]:
+    """Dev scores per split, and test predictions; process 0 keeps every split's scores in
+    RUN_DIR/SPLIT_predictions.npy (dev ones too: per-example comparisons of runs)."""
+    params, tuning, task = state.train_state["params"], run.tuning, run.task
 
     def predictions_of(split: str) -> np.ndarray:
-        """Every process scores (the batches span them); process 0 keeps the scores in
-        RUN_DIR/SPLIT_predictions.npy (dev ones too: per-example comparisons of runs)."""
-        scores = predict_split(predict, params, data[split], config.eval_batch_size, mesh,
-                               rules, buckets, tuning.label_keys)
+        """Every process scores (the batches span them)."""
+        scores = predict_split(run.predict, params, data[split], run.config.eval_batch_size,
+                               run.mesh, run.rules, run.buckets, tuning.label_keys)
         if jax.process_index() == 0 and tuning.save_scores:
-            np.save(os.path.join(run_dir, f"{split}_predictions.npy"), scores)
+            np.save(os.path.join(run.run_dir, f"{split}_predictions.npy"), scores)
         return scores
 
+    dev = {}
     for split in task.dev_splits:
-        stop_if_requested(f"evaluating {split}")
-        dev[split] = tuning.score(split, predictions_of(split), run_dir)
-        writer.scalars(step, {f"{split}/{k}": v for k, v in dev[split].items()})
+        run.stop_if_requested(state, f"evaluating {split}")
+        dev[split] = tuning.score(split, predictions_of(split), run.run_dir)
+        writer.scalars(state.step, {f"{split}/{k}": v for k, v in dev[split].items()})
     for split in task.test_splits:
-        stop_if_requested(f"predicting {split}")
+        run.stop_if_requested(state, f"predicting {split}")
         if split in data:
             predictions_of(split)
-    stop_if_requested("writing the result")
-    writer.close()
-    checkpointer.close()
-    if config.save_model != "none":  # before result.json: a finished run has its model
-        save_fine_tuned(run_dir, step, params, pretrained, task, learning_rate, seed)
+    return dev
+
+
+def finish_run(run: FineTuneRun, state: FineTuneState, dev: dict[str, dict[str, float]]
+               ) -> dict[str, Any]:
+    task = run.task
+    if run.config.save_model != "none":  # before result.json: a finished run has its model
+        save_fine_tuned(run.run_dir, state.step, state.train_state["params"], run.pretrained,
+                        task, run.learning_rate, run.seed)
     result = results.RunResult(
-        task=task.name, learning_rate=learning_rate, seed=seed, steps=step, dev=dev,
-        main=float(np.mean([m[task.main_metric] for m in dev.values()])),
-        final_train_loss=losses[-1] if losses else None)
+        task=task.name, learning_rate=run.learning_rate, seed=run.seed, steps=state.step,
+        dev=dev, main=float(np.mean([m[task.main_metric] for m in dev.values()])),
+        final_train_loss=state.losses[-1] if state.losses else None)
     if jax.process_index() == 0:
-        result.write(run_dir)
+        result.write(run.run_dir)
         # Finished: the result is final, the mid-run checkpoint is no longer needed.
-        shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
+        shutil.rmtree(os.path.join(run.run_dir, "checkpoints"), ignore_errors=True)
     return result.to_json()
 
 
