@@ -89,3 +89,18 @@ def test_the_check_sees_imports_inside_functions_and_skips_type_checking(tmp_pat
                       "    from training import steps\n"
                       "def f():\n    from training.results import GlueResults\n")
     assert imported_packages(source) == [("training", 5)]
+
+
+def test_the_drivers_are_short_named_steps():
+    """training/ reads as named steps: no function of more than 60 lines, and no
+    closure that rebinds its enclosing function's variables (state lives in objects)."""
+    long, rebinding = [], []
+    for path in sorted((REPO / "training").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
+            elif isinstance(node, ast.Nonlocal):
+                rebinding.append(f"{path.name}:{node.lineno}")
+    assert long == [] and rebinding == []

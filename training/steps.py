@@ -172,56 +172,64 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
         rng = jax.random.fold_in(jax.random.key(seed), state["step"])
         # Mean over every real target of the global batch (all micro-batches).
         denominator = jnp.maximum(jnp.sum(objective.weights(batch)), 1.0)
-        if grad_accum_steps == 1:
-            grads, sums = grad_fn(state["params"], batch, rng, denominator)
-        else:
-            micro = jax.tree.map(
-                lambda x: x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps,
-                                    *x.shape[1:]), batch)
-
-            def accumulate(carry, inputs):
-                index, micro_batch = inputs
-                g, s = grad_fn(state["params"], micro_batch, jax.random.fold_in(rng, index),
-                               denominator)
-                return jax.tree.map(jnp.add, carry, (g, s)), None
-
-            zeros = (
-                jax.tree.map(jnp.zeros_like, state["params"]),
-                {k: jnp.zeros((), jnp.float32) for k in objective.sum_names},
-            )
-            (grads, sums), _ = jax.lax.scan(
-                accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
-        # The rate comes from the step, not from optax's counter: a skipped update must
-        # not shift the schedule (the logged and the applied rate stay the same).
-        learning_rate = schedule(state["step"])
-        updates, opt_state = optimizer.update(
-            grads, with_learning_rate(state["opt_state"], learning_rate), state["params"])
-        params = optax.apply_updates(state["params"], updates)
-        grad_norm = global_norm(grads)
-        # The update too: an infinite learning rate (or moments that overflow) turns
-        # finite gradients into non-finite parameters, which must never be kept or saved.
-        finite = (jnp.isfinite(sums["loss_sum"]) & jnp.isfinite(grad_norm)
-                  & all_finite((params, opt_state)))
-        new_state = {"step": state["step"] + 1, "params": params, "opt_state": opt_state}
-        if skip_nonfinite:
-            # Keep the old params/optimizer state but advance the step (the data moves on).
-            new_state = {
-                "step": state["step"] + 1,
-                "params": jax.tree.map(lambda n, o: jnp.where(finite, n, o), params,
-                                       state["params"]),
-                "opt_state": jax.tree.map(lambda n, o: jnp.where(finite, n, o), opt_state,
-                                          state["opt_state"]),
-            }
-        metrics = {
-            **sums,
-            "grad_norm": grad_norm,
-            "param_norm": global_norm(params),
-            "learning_rate": learning_rate,
-            "finite": finite,
-        }
-        return new_state, metrics
+        grads, sums = accumulated_grads(grad_fn, state["params"], batch, rng, denominator,
+                                        grad_accum_steps, objective.sum_names)
+        return apply_update(state, grads, sums, optimizer, schedule, skip_nonfinite)
 
     return train_step
+
+
+def accumulated_grads(grad_fn, params: Any, batch: Batch, rng: jax.Array,
+                      denominator: jax.Array, grad_accum_steps: int,
+                      sum_names: tuple[str, ...]) -> tuple[Any, dict[str, jax.Array]]:
+    """(gradients, sums) of the whole batch, over `grad_accum_steps` micro-batches in a
+    scan when there are several (micro-batch i's dropout key folds i into `rng`)."""
+    if grad_accum_steps == 1:
+        return grad_fn(params, batch, rng, denominator)
+    micro = jax.tree.map(
+        lambda x: x.reshape(grad_accum_steps, x.shape[0] // grad_accum_steps, *x.shape[1:]),
+        batch)
+
+    def accumulate(carry, inputs):
+        index, micro_batch = inputs
+        g, s = grad_fn(params, micro_batch, jax.random.fold_in(rng, index), denominator)
+        return jax.tree.map(jnp.add, carry, (g, s)), None
+
+    zeros = (jax.tree.map(jnp.zeros_like, params),
+             {k: jnp.zeros((), jnp.float32) for k in sum_names})
+    (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum_steps), micro))
+    return grads, sums
+
+
+def apply_update(state: dict[str, Any], grads: Any, sums: dict[str, jax.Array],
+                 optimizer: optax.GradientTransformation, schedule,
+                 skip_nonfinite: bool) -> tuple[dict[str, Any], dict[str, jax.Array]]:
+    """The optimizer's update of `state`, and the step's metrics (sums, norms, rate, and
+    whether everything stayed finite)."""
+    # The rate comes from the step, not from optax's counter: a skipped update must
+    # not shift the schedule (the logged and the applied rate stay the same).
+    learning_rate = schedule(state["step"])
+    updates, opt_state = optimizer.update(
+        grads, with_learning_rate(state["opt_state"], learning_rate), state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    grad_norm = global_norm(grads)
+    # The update too: an infinite learning rate (or moments that overflow) turns
+    # finite gradients into non-finite parameters, which must never be kept or saved.
+    finite = (jnp.isfinite(sums["loss_sum"]) & jnp.isfinite(grad_norm)
+              & all_finite((params, opt_state)))
+    new_state = {"step": state["step"] + 1, "params": params, "opt_state": opt_state}
+    if skip_nonfinite:
+        # Keep the old params/optimizer state but advance the step (the data moves on).
+        new_state = {
+            "step": state["step"] + 1,
+            "params": jax.tree.map(lambda n, o: jnp.where(finite, n, o), params,
+                                   state["params"]),
+            "opt_state": jax.tree.map(lambda n, o: jnp.where(finite, n, o), opt_state,
+                                      state["opt_state"]),
+        }
+    metrics = {**sums, "grad_norm": grad_norm, "param_norm": global_norm(params),
+               "learning_rate": learning_rate, "finite": finite}
+    return new_state, metrics
 
 
 def all_finite(tree: Any) -> jax.Array:
