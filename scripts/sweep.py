@@ -11,7 +11,7 @@
 
 Every row (x every --seeds seed) is one run: `train.py` into RUN/pretrain, then
 one `eval_glue.py` per task into RUN/glue/TASK starting from that checkpoint
-(layout: training/results.py; grids: scripts/sweep_grids.py). Local mode runs
+(layout: training/results.py; grids: analysis/sweep_grids.py). Local mode runs
 --parallel runs at a time, skips what is finished (pretraining: final_metrics.json
 at the requested step; GLUE: results.json from the requested checkpoint holding
 every requested learning rate and seed) and reruns the rest, which train.py and
@@ -38,10 +38,10 @@ from typing import Any
 
 from absl import app, flags, logging
 
+from analysis import sweep_grids
 from common.files import write_text_atomic
 from configs import glue as glue_configs
 from configs import grids, overrides
-from scripts import sweep_grids
 from training import results
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,7 +56,7 @@ def define_flags() -> None:
     flags.DEFINE_string("grid", None,
                         f"a grid of configs/grids.py: {', '.join(sorted(grids.GRIDS))}")
     flags.DEFINE_string("grid_file", None,
-                        "a Python file defining GRID (see scripts/sweep_grids.py)")
+                        "a Python file defining GRID (see analysis/sweep_grids.py)")
     flags.DEFINE_string("out", None, "root directory of the sweep's runs")
     flags.DEFINE_string("pretrain_args", "", "configs/pretrain.py args added to every row's, "
                         "e.g. steps=2000,batch=64")

@@ -133,7 +133,7 @@ def test_declared_pairs_name_rows_of_their_grid():
     ([grids.Row("a", {}, glue={"learning_rate": 1e-4})], "row a: unknown glue arg(s)"),
 ])
 def test_rows_that_share_a_pretraining_are_checked(rows, message):
-    from scripts import sweep_grids
+    from analysis import sweep_grids
 
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         sweep_grids.check_rows(rows)

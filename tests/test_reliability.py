@@ -136,7 +136,7 @@ def test_skip_mode_never_saves_a_non_finite_state_and_counts_every_skip(run_corp
     loss, a skipped step's NaN, is null there)."""
     import json
 
-    from scripts.tables import scalar_curve
+    from analysis.runs import scalar_curve
 
     text, cache = run_corpus
     workdir = str(tmp_path / "run")

@@ -250,18 +250,18 @@ def test_identity_mixing_rows_get_their_own_plot_line():
     is: one line for both drew a vertical jump at 3e-4 and hid the identity row. The
     mixing init now names its own line, and any other row whose x its line already holds
     becomes its own point (named) rather than part of that line."""
+    from analysis import plots, runs
     from configs import grids
-    from scripts import tables
 
-    def result(name: str, lr: float) -> tables.RowResult:
-        run = tables.SeedRun(0, "", "", None, {}, None, glue_lr=lr)
-        r = tables.RowResult(grids.ROWS[name], [run])
-        tables.add_model_stats(r, None, paper_vocab=False)
+    def result(name: str, lr: float) -> runs.RowResult:
+        run = runs.SeedRun(0, "", "", None, {}, None, glue_lr=lr)
+        r = runs.RowResult(grids.ROWS[name], [run])
+        runs.add_model_stats(r, None, paper_vocab=False)
         return r
 
     rows = [result("txt_th_h8", 3e-4), result("cls_th_lr0.001", 1e-3),
             result("txt_th_identity_h8", 3e-4), result("txt_mh_h8", 3e-4)]
-    lines = tables.plot_lines(rows, "lr")
+    lines = plots.plot_lines(rows, "lr")
     named = {label: sorted((x, r.row.name) for x, r in points) for label, points in lines.items()}
     assert named == {
         "talking_heads, pretrained": [(3e-4, "txt_th_h8"), (1e-3, "cls_th_lr0.001")],
@@ -271,7 +271,7 @@ def test_identity_mixing_rows_get_their_own_plot_line():
     # A setting no label names: the second row at the same x is a point of its own.
     twin = result("txt_mh_h8", 3e-4)
     twin.row = grids.Row("txt_mh_h8_twin", twin.row.overrides)
-    lines = tables.plot_lines([rows[3], twin], "lr")
+    lines = plots.plot_lines([rows[3], twin], "lr")
     assert sorted(lines) == ["multi_head, pretrained", "multi_head, pretrained (txt_mh_h8_twin)"]
 
 
@@ -310,7 +310,7 @@ def test_out_that_is_not_a_sweep_gets_a_table_or_one_line_naming_the_layout(tmp_
 def test_plots_label_their_units_keep_the_legend_off_the_data_and_end_scores_at_100(tmp_path):
     """The y axes had no label, the legend sat on the first panel's points, and an
     accuracy axis with error bars near the top ran past 100."""
-    from scripts import tables
+    from analysis import plots, tables
 
     out = tmp_path / "sweep"
     for i, row in enumerate(["th_cpu_mh_h4", "th_cpu_th_h4", "th_cpu_mh_h8", "th_cpu_th_h8"]):
@@ -319,7 +319,7 @@ def test_plots_label_their_units_keep_the_legend_off_the_data_and_end_scores_at_
                      {"sst2": {3e-5: dict.fromkeys((0, 1), 99.9 - 6 * seed)},
                       "cola": {3e-5: {0: 40.0}}})
     table = tables.collect(str(out), "talking_heads_cpu")
-    figure = tables.score_figure(table, "heads")
+    figure = plots.score_figure(table, "heads")
     panels = {ax.get_title(): ax for ax in figure.axes if ax.get_visible()}
     assert panels["MLM loss"].get_ylabel() == "MLM eval loss (nats per masked token)"
     assert panels["SST-2"].get_ylabel() == "dev accuracy (%)"
@@ -337,16 +337,16 @@ def test_plots_label_their_units_keep_the_legend_off_the_data_and_end_scores_at_
 def test_holm_and_the_verdict_rule():
     """Holm's adjusted p-values for a worked example; equivalence only when the whole t
     interval lies inside the margin."""
-    from scripts import tables
+    from analysis import runs, stats
 
-    adjusted = tables.holm([0.01, 0.04, 0.03, 0.005, float("nan")])
+    adjusted = stats.holm([0.01, 0.04, 0.03, 0.005, float("nan")])
     assert adjusted[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02]) and math.isnan(adjusted[4])
-    metric = tables.Metric("SST-2", "task", "SST-2")
+    metric = runs.Metric("SST-2", "task", "SST-2")
 
     def verdict(va, vb, family=1):
-        t = tables.paired_test(metric, "a", "b", "seeds", [0, 1, 2, 3], va, vb, 100)
-        p = tables.holm([t.p_t] * family)[0]
-        return tables.dataclasses.replace(t, p_holm=p).verdict("t", 0.05)
+        t = stats.paired_test(metric, "a", "b", "seeds", [0, 1, 2, 3], va, vb, 100)
+        p = stats.holm([t.p_t] * family)[0]
+        return stats.dataclasses.replace(t, p_holm=p).verdict("t", 0.05)
 
     assert verdict([70, 71, 72, 73], [72.1, 72.6, 74.5, 74.8]) == "b better"  # p = 0.002
     assert verdict([70, 71, 72, 73], [72.1, 72.6, 74.5, 74.8], family=50) == "not settled"

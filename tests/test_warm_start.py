@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from helpers import final_params, init_params, tiny_model_config, tiny_run_config
 
-from scripts.tables import scalar_curve
+from analysis.runs import scalar_curve
 from training import sharding, warm_start
 from training.pretrain import train_and_evaluate
 
