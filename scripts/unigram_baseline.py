@@ -3,13 +3,7 @@
   python scripts/unigram_baseline.py --workdir runs/text_study/txt_mh_h8/seed0/pretrain
   python scripts/unigram_baseline.py --workdir A --workdir B --json out.json
 
-A model that ignores the context and predicts the training split's token
-frequencies (add-one smoothed counts, numpy) is scored on every non-special token
-of the held-out sequences the run evaluates on (the first eval_batches x
-batch_size of its eval split). The MLM eval loss averages over masked positions,
-which the masking draws uniformly from those same tokens, so the two are the same
-expectation; the difference is how much the run learnt from context. The run's
-data cache is reused (config.json's data block), nothing is retrained.
+What it computes, and how: analysis/unigram_baseline.py.
 """
 
 from __future__ import annotations
@@ -18,11 +12,10 @@ import json
 import os
 import sys
 
-import numpy as np
 from absl import app, flags
 
+from analysis.unigram_baseline import baseline
 from common.files import write_json_atomic
-from training import results
 
 FLAGS = flags.FLAGS
 
@@ -33,53 +26,6 @@ def define_flags() -> None:
     process."""
     flags.DEFINE_multi_string("workdir", [], "a finished (or running) pretraining workdir")
     flags.DEFINE_string("json", None, "also write the numbers here")
-
-
-def unigram_log_probs(train_ids: np.ndarray, vocab_size: int, excluded: list[int]) -> np.ndarray:
-    """log p(token) from add-one counts over the training tokens; excluded ids get none."""
-    counts = np.bincount(train_ids.ravel(), minlength=vocab_size).astype(np.float64)
-    counts[excluded] = 0.0
-    counts += 1.0
-    counts[excluded] = 0.0
-    with np.errstate(divide="ignore"):
-        return np.log(counts / counts.sum())
-
-
-def scored_tokens(split, num_sequences: int, excluded: list[int]) -> np.ndarray:
-    """Every non-special token of the first num_sequences sequences."""
-    ids = np.asarray(split.input_ids[:num_sequences], dtype=np.int64)
-    keep = ~np.isin(ids, excluded)
-    return ids[keep]
-
-
-def baseline(workdir: str) -> dict[str, float]:
-    from ml_collections import ConfigDict
-
-    from input_pipeline import from_config
-
-    saved = results.read_run_config(workdir)
-    if saved is None:
-        raise ValueError(f"{workdir}: no readable {results.RUN_CONFIG} (not a pretraining run?)")
-    config = ConfigDict(saved)
-    data = from_config(config.data, workdir)
-    special = data.special
-    excluded = [special.pad, special.cls, special.sep, special.mask]
-    train_tokens = np.asarray(data.train.input_ids, dtype=np.int64)
-    log_p = unigram_log_probs(train_tokens[train_tokens != special.pad], data.vocab_size,
-                              excluded)
-    num_sequences = min(len(data.eval), int(config.eval_batches) * int(config.batch_size))
-    tokens = scored_tokens(data.eval, num_sequences, excluded)
-    if tokens.size == 0:
-        raise ValueError(f"{workdir}: the eval split has no tokens to score")
-    out = {"unigram_loss": float(-log_p[tokens].mean()),
-           "unigram_accuracy": float(np.mean(tokens == int(np.argmax(log_p)))),
-           "scored_tokens": int(tokens.size), "eval_sequences": num_sequences}
-    final = results.read_quietly(results.FinalMetrics, workdir)
-    loss = final.metric("eval_loss") if final else None
-    if loss is not None:
-        out["eval_loss"] = float(loss)
-        out["below_unigram"] = out["unigram_loss"] - float(loss)
-    return out
 
 
 def main(argv: list[str]) -> None:

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from helpers import REPO, tiny_model_config
 
+from analysis import lowrank_probe as probe
 from attention.multi_head import MultiHeadAttention
 from attention.talking_heads import TalkingHeadsAttention
-from scripts import lowrank_probe as probe
 
 N_TOKENS = 6
 WIDTH = 2 * N_TOKENS
