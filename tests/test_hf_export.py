@@ -29,7 +29,9 @@ SENTENCES = ["the cat sat on the mat .", "a dog ran in the park .", "the old man
 # Every attention path an export must express (the fused path computes multi-head's
 # numbers, so it is multi-head to transformers); pre-LN on top.
 VARIANTS = {name: over for name, over in ATTENTION_VARIANTS.items()
-            if name not in ("multi_head_fused", "talking_heads_chunked")
+            # the fused path is multi-head's numbers; grouped dynamic maps (below) cover
+            # the ungrouped ones' export too
+            if name not in ("multi_head_fused", "talking_heads_chunked", "talking_heads_dynamic")
             and over.get("attention", "multi_head") in export_lib.EXPORTABLE_ATTENTION}
 VARIANTS["talking_heads_mask_before"] = {"attention": "talking_heads",
                                          "talking_heads": {"mask_placement": "before"}}
