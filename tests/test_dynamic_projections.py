@@ -92,6 +92,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_layer_equals_the_reference_values_and_gradients(case, rng):
     dynamic, th = CASES[case]
@@ -132,6 +133,7 @@ def blocks_of(full, block_shape):
     return np.stack(take, axis=len(lead))
 
 
+@pytest.mark.slow
 def test_the_dynamic_maps_start_at_the_reference_scale():
     """Variance dynamic_init_scale / (heads mixed from x D); the static matrices as
     without dynamic terms."""

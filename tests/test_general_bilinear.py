@@ -42,6 +42,7 @@ def run(cfg, params, x, mask, queries_from=None):
                                                    queries_from)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sparse", [False, True])
 def test_the_layer_equals_the_reference_values_and_gradients(sparse, rng):
     cfg = config()
@@ -67,6 +68,7 @@ def test_the_layer_equals_the_reference_values_and_gradients(sparse, rng):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6), got, ref)
 
 
+@pytest.mark.slow
 def test_it_is_multi_head_with_key_and_value_size_d_and_identity_key_value_maps(rng):
     heads = 2
     gb = config(num_heads=heads)
@@ -144,6 +146,7 @@ def test_the_config_args_and_the_resume_rules():
                             "runs/x")
 
 
+@pytest.mark.slow
 def test_dropout_with_shared_queries_drops_one_key_for_every_query(rng):
     """Values are the hidden states and the output map the identity, so with one-hot
     positions as inputs and a zero query map the output rows are the dropped weights."""
@@ -195,6 +198,7 @@ def test_a_sharded_run_equals_one_device():
     assert layer["query"]["kernel"].addressable_shards[0].data.shape == (16, 2, 32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention_name,exportable", [("general_bilinear", False),
                                                        ("talking_heads", True)])
 def test_the_end_of_a_run_suggests_an_export_only_where_one_works(attention_name, exportable):

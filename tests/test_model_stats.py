@@ -28,6 +28,7 @@ def test_the_table_holds_only_rows_and_small_rows_keep_their_flops():
         assert float(cells[-1]) > 0
 
 
+@pytest.mark.slow
 def test_the_attention_family_rows_count_as_by_hand():
     """BERT-base 12 heads: each dynamic map adds D x 12 x 12 per layer; general bilinear
     attention at 2 heads has multi-head's attention parameters exactly (2 h D^2 = 4 D^2,
