@@ -10,7 +10,8 @@ The model's architecture and tokenizer come from the pretraining workdir
 (`init_from_hf`: a hub id or a local directory with config.json, weights and
 vocab.txt). `init=scratch` trains the same architecture from fresh weights (no pretraining), and
 `insert_th=true` turns a multi-head checkpoint into talking heads whose mixing starts
-at the identity. Protocol as the BERT paper: batch 32, 3 epochs, 10% warmup then
+at the identity (`insert_th_init=fan_in`: a fresh fan-in draw per fine-tuning seed).
+Protocol as the BERT paper: batch 32, 3 epochs, 10% warmup then
 linear decay, the best learning rate of {5e-5, 4e-5, 3e-5, 2e-5} chosen on
 dev by the mean over seeds.
 """
@@ -33,6 +34,7 @@ GLUE_ARGS = {
     "max_train": "max_train_examples",
     "init": "init",
     "insert_th": "insert_talking_heads",
+    "insert_th_init": "insert_th_init",
     "save_model": "save_model",
     "buckets": "length_buckets",
     "group_by_length": "group_by_length",
@@ -62,6 +64,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # layer at the identity, so at step 0 the model computes exactly the checkpoint's
     # function, and the mixing is then learned with the rest.
     config.insert_talking_heads = False
+    # The inserted mixing's start: identity (the checkpoint's function at step 0) |
+    # fan_in (N(0, 1/heads) per entry, drawn per fine-tuning seed: what swapping the
+    # talking-heads class into a trained model gives) | truncated_fan_in (the reference's).
+    config.insert_th_init = "identity"
     # GLUE TSV folder as download_glue_data.py leaves it; None loads nyu-mll/glue from the hub.
     config.glue_dir = ml_collections.config_dict.placeholder(str)
     config.max_seq_length = 128  # tokens per example, [CLS] and [SEP]s included

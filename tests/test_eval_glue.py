@@ -407,7 +407,7 @@ def test_talking_heads_inserted_into_a_pre_ln_encoder_keep_its_function():
     ids = jax.random.randint(jax.random.key(0), (2, 10), 5, 50)
     bert = BertModel(config).init(jax.random.key(1), ids)["params"]
     assert "final_norm" in bert["encoder"]
-    converted, params = finetune.with_talking_heads_at_identity(config, bert, "ckpt")
+    converted, params = finetune.with_talking_heads_inserted(config, bert, "ckpt")
     outputs = [BertModel(c).apply({"params": p}, ids, None, jnp.ones_like(ids))[0]
                for c, p in ((config, bert), (converted, params))]
     np.testing.assert_allclose(np.asarray(outputs[1]), np.asarray(outputs[0]), atol=1e-5)
@@ -422,9 +422,63 @@ def test_inserted_talking_heads_take_no_leftover_settings_from_the_checkpoint():
     leftover = TalkingHeadsConfig(dynamic_projections="x2l+m2w", groups=2, impl="chunked")
     config = ModelConfig(num_layers=1, hidden_size=32, num_heads=4, mlp_dim=64,
                          talking_heads=leftover)
-    converted, _ = finetune.with_talking_heads_at_identity(
+    converted, _ = finetune.with_talking_heads_inserted(
         config, {"encoder": {"layer_0": {"attention": {}}}}, "ckpt")
     assert converted.talking_heads == TalkingHeadsConfig(init="identity", impl="chunked")
+
+
+def test_talking_heads_inserted_with_fan_in_mixing_draw_it_per_fine_tuning_seed(tmp_path):
+    """insert_th_init=fan_in is what a user who swaps the class into a trained model
+    gets: the checkpoint's weights with fresh mixing, N(0, 1/h) per entry, drawn from
+    the fine-tuning seed (another seed, another draw); identity keeps P = I."""
+    import flax.linen as nn
+    import jax
+
+    from models import BertModel, ModelConfig
+
+    config = ModelConfig(num_layers=2, hidden_size=32, num_heads=16, mlp_dim=64,
+                         vocab_size=50, max_position_embeddings=16)
+    ids = jax.random.randint(jax.random.key(0), (2, 10), 5, 50)
+    bert = nn.unbox(BertModel(config).init(jax.random.key(1), ids)["params"])
+    converted, params = finetune.with_talking_heads_inserted(config, bert, "ckpt", "fan_in")
+    assert converted.attention == "talking_heads"
+    assert converted.talking_heads.init == "fan_in"
+    assert "logits_mixing" not in params["encoder"]["layer_0"]["attention"]
+    # A run's start: its fresh params (drawn from the fine-tuning seed) with the
+    # checkpoint put in, as restore_or_init_run does.
+    draws = []
+    for seed in (0, 1):
+        fresh = {"bert": nn.unbox(BertModel(converted).init(jax.random.key(seed), ids)["params"])}
+        on_device = jax.tree.map(lambda _: jax.sharding.SingleDeviceSharding(jax.devices()[0]),
+                                 fresh)
+        start = finetune.with_pretrained_encoder(fresh, params, on_device)["bert"]
+        draws.append(np.asarray(start["encoder"]["layer_0"]["attention"]["logits_mixing"]))
+        np.testing.assert_array_equal(start["encoder"]["layer_1"]["attention"]["query"]["kernel"],
+                                      bert["encoder"]["layer_1"]["attention"]["query"]["kernel"])
+    assert not np.allclose(draws[0], draws[1])
+    assert np.std(np.concatenate(draws)) == pytest.approx(1 / 4, rel=0.15)  # 1/sqrt(16)
+    _, identity = finetune.with_talking_heads_inserted(config, bert, "ckpt", "identity")
+    np.testing.assert_array_equal(identity["encoder"]["layer_0"]["attention"]["weights_mixing"],
+                                  np.eye(16))
+    with pytest.raises(ValueError, match="insert_th_init='orthogonal' is unknown"):
+        finetune.with_talking_heads_inserted(config, bert, "ckpt", "orthogonal")
+
+
+@pytest.mark.slow
+def test_a_fan_in_insertion_fine_tunes_and_names_its_init(pretrained_workdir, tmp_path):
+    """The end to end route: eval_glue's config arg, its source line and workdir
+    identity (a changed insertion init is another setup)."""
+    config = glue_config(init_from=pretrained_workdir, insert_talking_heads=True,
+                         insert_th_init="fan_in")
+    pretrained = finetune.load_pretrained(config)
+    assert pretrained.source.startswith("talking heads inserted with fan_in mixing: ")
+    assert pretrained.model_config.talking_heads.init == "fan_in"
+    workdir = str(tmp_path / "glue")
+    finetune.check_workdir_identity(workdir, pretrained, config)
+    identity = finetune.load_pretrained(glue_config(init_from=pretrained_workdir,
+                                                    insert_talking_heads=True))
+    with pytest.raises(ValueError, match="different setup .*init"):
+        finetune.check_workdir_identity(workdir, identity, config)
 
 
 def test_insert_talking_heads_refuses_a_talking_heads_checkpoint():
@@ -433,7 +487,7 @@ def test_insert_talking_heads_refuses_a_talking_heads_checkpoint():
     config = ModelConfig(attention="talking_heads", num_layers=1, hidden_size=32,
                          num_heads=2, mlp_dim=64)
     with pytest.raises(ValueError, match="needs a multi_head checkpoint; ckpt is talking"):
-        finetune.with_talking_heads_at_identity(config, {}, "ckpt")
+        finetune.with_talking_heads_inserted(config, {}, "ckpt")
 
 
 @pytest.mark.slow

@@ -113,8 +113,10 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
                               f"vocabulary has {model_config.vocab_size}")
     check_params_fit(bert, model_config, source)
     if config.insert_talking_heads:
-        model_config, bert = with_talking_heads_at_identity(model_config, bert, source)
-        source = f"talking heads inserted at identity: {source}"  # ends PATH@STEP
+        init = config.get("insert_th_init", "identity")
+        model_config, bert = with_talking_heads_inserted(model_config, bert, source, init)
+        where = "at identity" if init == "identity" else f"with {init} mixing"
+        source = f"talking heads inserted {where}: {source}"  # ends PATH@STEP
     if config.init == "scratch":
         # The architecture and tokenizer only: each run initialises every weight itself.
         bert, source = None, f"scratch: architecture and tokenizer of {source}"
@@ -122,16 +124,27 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
     return Pretrained(model_config, bert, tokenizer, source)
 
 
-def with_talking_heads_at_identity(model_config: ModelConfig, bert: dict[str, Any],
-                                   source: str) -> tuple[ModelConfig, dict[str, Any]]:
-    """A multi-head encoder as talking heads with P_l = P_w = I in every layer.
+# insert_th_init: identity keeps the checkpoint's function; fan_in / truncated_fan_in
+# draw the mixing as a freshly built talking-heads layer does (what a user who swaps
+# the class into a trained model gets), per fine-tuning seed.
+INSERT_INITS = ("identity", "fan_in", "truncated_fan_in")
 
-    Mixing with the identity changes neither the logits nor the weights, so the new
-    model computes exactly the checkpoint's function (tests/test_eval_glue.py checks
-    it); fine-tuning then moves the mixing away from I where that helps. This is the
-    "swap the layer into a trained model" route a user takes, as opposed to pretraining
-    talking heads.
+
+def with_talking_heads_inserted(model_config: ModelConfig, bert: dict[str, Any], source: str,
+                                init: str = "identity") -> tuple[ModelConfig, dict[str, Any]]:
+    """A multi-head encoder as talking heads: P_l and P_w added to every layer.
+
+    init=identity: P_l = P_w = I, which changes neither the logits nor the weights, so
+    the new model computes exactly the checkpoint's function (tests/test_eval_glue.py
+    checks it); fine-tuning then moves the mixing away from I where that helps.
+    fan_in (or truncated_fan_in): the mixing is left out of the returned params, so each
+    fine-tuning run draws it with the rest of its fresh weights (the classifier), from
+    its own seed. Either way this is the "swap the layer into a trained model" route a
+    user takes, as opposed to pretraining talking heads.
     """
+    if init not in INSERT_INITS:
+        raise ValueError(f"insert_th_init={init!r} is unknown; choose one of "
+                         f"{', '.join(INSERT_INITS)}")
     if model_config.attention != "multi_head":
         raise ValueError(f"insert_talking_heads needs a multi_head checkpoint; {source} is "
                          f"{model_config.attention}")
@@ -140,9 +153,10 @@ def with_talking_heads_at_identity(model_config: ModelConfig, bert: dict[str, An
     # (impl, chunk size, dropout noise) as the config has them.
     current = model_config.talking_heads
     execution = registry.variant("talking_heads").execution_fields
-    settings = type(current)(init="identity",
-                             **{name: getattr(current, name) for name in execution})
+    settings = type(current)(init=init, **{name: getattr(current, name) for name in execution})
     model_config = model_config.replace(attention="talking_heads", talking_heads=settings)
+    if init != "identity":
+        return model_config, bert
     eye = np.eye(model_config.num_heads, dtype=np.float32)
     encoder = {name: dict(layer) for name, layer in bert["encoder"].items()}
     for layer in encoder.values():
