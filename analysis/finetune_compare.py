@@ -1,0 +1,195 @@
+"""Paired comparison of fine-tuning workdirs (eval_glue.py / eval_squad.py) that share
+one protocol: the same tasks, learning-rate grid, fine-tuning seeds, examples and
+epochs, each row from its own start (a Hugging Face checkpoint, a pretraining run, a
+talking-heads insertion, init=scratch).
+
+Each row is scored, per task, at its own best learning rate (the best mean dev score
+over seeds, as eval_glue.py's results.md does); the dev scores that choose it also
+report it, for every row alike. Two rows' scores are paired by fine-tuning seed: the
+same seed gives both the same classifier init draw, example order and dropout stream,
+so their difference is the start's, not the data order's. One pretrained start per
+row: the spread is fine-tuning noise only, and a verdict speaks for these starts, not
+for the architecture over pretraining seeds.
+
+Tests and verdicts are analysis/stats.py's: paired t interval and p, Wilcoxon p,
+Holm's correction over every test of the table (one table, one family), "B better" /
+"A better" when the corrected p < alpha, "equivalent (±1)" when the whole t interval
+lies inside 1 point, else "not settled". Parameters and forward GFLOPs per token
+(at the protocol's max_seq_length) of both rows sit beside each pair.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from analysis import stats, tables
+from analysis.runs import Metric
+from analysis.sweep_grids import flops_per_token, millions, parameter_counts
+from attention import registry
+from models import ModelConfig
+from training import results
+
+# glue_identity.json fields that make two rows' fine-tuning seeds comparable.
+PROTOCOL = ("max_seq_length", "batch_size", "num_epochs", "max_train_examples",
+            "group_by_length", "doc_stride", "max_query_length")
+IDENTITY = "glue_identity.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class FineTuneRow:
+    name: str
+    workdir: str
+    source: str  # the start, as eval_glue.py named it
+    model: ModelConfig
+    protocol: dict[str, Any]
+    # task -> learning rate -> fine-tuning seed -> main dev score
+    scores: dict[str, dict[float, dict[int, float]]]
+
+    def best_lr(self, task: str) -> float:
+        by_lr = self.scores[task]
+        return max(sorted(by_lr), key=lambda lr: np.mean(list(by_lr[lr].values())))
+
+    def at_best(self, task: str) -> dict[int, float]:
+        return self.scores[task][self.best_lr(task)]
+
+    @property
+    def params(self) -> int:
+        return parameter_counts(self.model)[0]
+
+    @property
+    def flops(self) -> float:
+        return flops_per_token(self.model, int(self.protocol["max_seq_length"]))
+
+
+def read_row(name: str, workdir: str) -> FineTuneRow:
+    """A fine-tuning workdir's start, protocol and every finished run's main dev score."""
+    path = os.path.join(workdir, IDENTITY)
+    if not os.path.isfile(path):
+        raise ValueError(f"--row {name}={workdir}: no {IDENTITY} (not an eval_glue.py or "
+                         f"eval_squad.py workdir, or nothing has run there yet)")
+    identity = results.read_json(path)
+    scores: dict[str, dict[float, dict[int, float]]] = {}
+    for run_dir in sorted(glob.glob(os.path.join(workdir, "*", "lr*_seed*"))):
+        run = results.RunResult.read(run_dir)
+        if run is not None:  # unfinished runs have no result.json yet
+            scores.setdefault(run.task, {}).setdefault(run.learning_rate, {})[run.seed] = run.main
+    if not scores:
+        raise ValueError(f"--row {name}={workdir}: no finished fine-tuning run "
+                         f"(TASK/lr*_seed*/result.json)")
+    return FineTuneRow(name, workdir, str(identity["init"]),
+                       ModelConfig.from_config(identity["model"]),
+                       {k: identity.get(k) for k in PROTOCOL}, scores)
+
+
+def check_same_protocol(rows: list[FineTuneRow]) -> None:
+    first = rows[0]
+    for row in rows[1:]:
+        changed = [k for k in PROTOCOL if row.protocol[k] != first.protocol[k]]
+        if changed:
+            raise ValueError(f"--row {row.name}: its protocol differs from {first.name}'s in "
+                             f"{', '.join(changed)}; fine-tuning seeds pair only within one")
+
+
+def parse_rows(specs: list[str]) -> list[FineTuneRow]:
+    rows = []
+    for spec in specs:
+        name, sep, workdir = spec.partition("=")
+        if not sep or not name or not workdir:
+            raise ValueError(f"--row {spec!r}: use NAME=WORKDIR")
+        if name in [r.name for r in rows]:
+            raise ValueError(f"--row {name}: the name is used twice")
+        rows.append(read_row(name, workdir))
+    check_same_protocol(rows)
+    return rows
+
+
+def task_metric(task: str) -> Metric:
+    return Metric(f"{task} dev", "task", task, margin=1.0)
+
+
+def run_tests(rows: list[FineTuneRow], pairs: list[tuple[str, str]], resamples: int = 10_000,
+              test: str = "t") -> list[stats.PairedTest]:
+    """Every task both rows ran with two or more common fine-tuning seeds at their best
+    learning rates; Holm over all of them."""
+    by_name = {r.name: r for r in rows}
+    tests = []
+    for a_name, b_name in pairs:
+        a, b = by_name[a_name], by_name[b_name]
+        for task in sorted(set(a.scores) & set(b.scores)):
+            va, vb = a.at_best(task), b.at_best(task)
+            seeds = sorted(set(va) & set(vb))
+            if len(seeds) < 2:
+                continue
+            over = (f"fine-tuning seeds (lr {a.best_lr(task):g} vs {b.best_lr(task):g})")
+            done = stats.paired_test(task_metric(task), a_name, b_name, over, seeds,
+                                     [va[s] for s in seeds], [vb[s] for s in seeds], resamples)
+            tests.append(dataclasses.replace(done, cost_a=(a.params, a.flops),
+                                             cost_b=(b.params, b.flops)))
+    return [dataclasses.replace(t, p_holm=p)
+            for t, p in zip(tests, stats.holm([t.p(test) for t in tests]), strict=True)]
+
+
+def rows_markdown(rows: list[FineTuneRow]) -> str:
+    """Per row and task: mean ± std at the best learning rate, n, every learning rate's
+    mean (the best one marked; † when it is at the grid's edge: the grid may not bracket
+    the row's best)."""
+    tasks = sorted({t for r in rows for t in r.scores})
+    header = ["row", "start", "attention", "params", "GFLOPs/token",
+              *(f"{t} dev (best lr)" for t in tasks), *(f"{t}: mean per lr" for t in tasks)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        best, grid = [], []
+        for task in tasks:
+            if task not in r.scores:
+                best.append("-")
+                grid.append("-")
+                continue
+            values = list(r.at_best(task).values())
+            lrs = sorted(r.scores[task])
+            edge = "†" if len(lrs) > 1 and r.best_lr(task) in (lrs[0], lrs[-1]) else ""
+            std = f" ± {np.std(values, ddof=1):.1f}" if len(values) > 1 else ""
+            best.append(f"{np.mean(values):.1f}{std} (n={len(values)}, "
+                        f"lr {r.best_lr(task):g}{edge})")
+            grid.append(", ".join(
+                f"{lr:g}: {np.mean(list(r.scores[task][lr].values())):.1f}"
+                f" ({len(r.scores[task][lr])})" for lr in lrs))
+        lines.append("| " + " | ".join([
+            r.name, r.source, registry.get(r.model.attention).label(r.model), millions(r.params),
+            f"{r.flops / 1e9:.3g}", *best, *grid]) + " |")
+    return "\n".join(lines)
+
+
+def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float) -> str:
+    protocol = ", ".join(f"{k}={v}" for k, v in rows[0].protocol.items() if v is not None)
+    return "\n\n".join([
+        f"Fine-tuning protocol shared by every row: {protocol}.",
+        rows_markdown(rows),
+        "Each row at its own best learning rate (mean dev score over fine-tuning seeds; † "
+        "best at the grid's edge). Pairs by fine-tuning seed; one start per row, so the "
+        "spread is fine-tuning noise only.",
+        tables.significance_markdown(tests, "t", alpha),
+        f"Verdict: Holm-corrected paired t p < {alpha:g} → better; the whole 95% t interval "
+        "inside ±1 point → equivalent; else not settled. The bootstrap interval is shown "
+        "from n = 10 only.",
+    ]) + "\n"
+
+
+def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float) -> str:
+    return json.dumps({
+        "rows": [{"name": r.name, "workdir": r.workdir, "source": r.source,
+                  "attention": registry.get(r.model.attention).label(r.model), "params": r.params,
+                  "flops_per_token": r.flops, "protocol": r.protocol,
+                  "scores": {t: {str(lr): {str(s): v for s, v in by_seed.items()}
+                                 for lr, by_seed in by_lr.items()}
+                             for t, by_lr in r.scores.items()}} for r in rows],
+        "tests": [{"task": t.metric.key, "a": t.a, "b": t.b, "over": t.over,
+                   "seeds": list(t.seeds), "diff": t.diff, "ci": list(t.ci), "p_t": t.p_t,
+                   "p_wilcoxon": t.p_wilcoxon, "p_holm": t.p_holm,
+                   "verdict": t.verdict("t", alpha)} for t in tests],
+    }, indent=1)
