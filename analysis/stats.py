@@ -201,3 +201,61 @@ def run_tests(table: Table, pairs: list[tuple[str, str]], resamples: int,
                     cost_b=(by_name[b].params, by_name[b].flops)))
     return [dataclasses.replace(t, p_holm=p)
             for t, p in zip(tests, holm([t.p(test) for t in tests]), strict=True)]
+
+
+# -- re-judging a written table ----------------------------------------------------------
+def metric_named(name: str) -> Metric:
+    """The Metric behind a significance.csv column name (MLM loss / MLM acc, steps to
+    TAG>=V, a GLUE average, else a task's score)."""
+    from analysis.runs import MLM_METRICS, parse_steps_to
+
+    for metric in MLM_METRICS:
+        if metric.name == name:
+            return metric
+    if name.startswith("steps to "):
+        return parse_steps_to(name[len("steps to "):])
+    if name.startswith(("Avg (", "GLUE avg")):
+        return Metric(name, "average")
+    return Metric(name, "task", name)
+
+
+def costs_from_table_csv(path: str) -> dict[str, tuple[int | None, float | None]]:
+    """{row: (parameters, forward FLOPs/token)} from a tables.py table.csv; {} without one."""
+    import csv
+    import os
+
+    if not os.path.isfile(path):
+        return {}
+    with open(path, newline="") as f:
+        return {r["row"]: (int(r["params"]) if r.get("params") else None,
+                           float(r["gflops_per_token"]) * 1e9 if r.get("gflops_per_token")
+                           else None) for r in csv.DictReader(f)}
+
+
+def tests_from_csv(path: str, resamples: int = 10_000, test: str = "t") -> list[PairedTest]:
+    """A significance.csv's pairs (this or an earlier tables.py's: each row keeps its
+    seeds and both sides' values) tested again under today's rule, Holm over the file;
+    the parameters and FLOPs of each side from the table.csv beside it."""
+    import csv
+    import os
+
+    costs = costs_from_table_csv(os.path.join(os.path.dirname(path), "table.csv"))
+    tests = []
+    with open(path, newline="") as f:
+        for line, record in enumerate(csv.DictReader(f), start=2):
+            try:
+                seeds = record["seeds"].split()
+                va = [float(v) for v in record["values_a"].split()]
+                vb = [float(v) for v in record["values_b"].split()]
+                metric = metric_named(record["metric"])
+                a, b, over = record["a"], record["b"], record["paired_over"]
+            except (KeyError, ValueError, AttributeError) as error:
+                raise ValueError(f"{path}:{line}: not a significance.csv row ({error})") from None
+            if not (len(seeds) == len(va) == len(vb)) or len(seeds) < 2:
+                raise ValueError(f"{path}:{line}: seeds, values_a and values_b need the same "
+                                 f"length, two or more")
+            tests.append(dataclasses.replace(
+                paired_test(metric, a, b, over, seeds, va, vb, resamples),
+                cost_a=costs.get(a, (None, None)), cost_b=costs.get(b, (None, None))))
+    return [dataclasses.replace(t, p_holm=p)
+            for t, p in zip(tests, holm([t.p(test) for t in tests]), strict=True)]

@@ -137,8 +137,8 @@ def cost_cell(a: tuple[int | None, float | None], b: tuple[int | None, float | N
     """Parameters (M) and forward GFLOPs/token of A -> B: equal cost is then visible."""
     if None in (*a, *b):
         return "-"
-    return (f"{a[0] / 1e6:.1f}M → {b[0] / 1e6:.1f}M, {a[1] / 1e9:.3g} → {b[1] / 1e9:.3g} "
-            f"({b[1] / a[1]:.2f}x)")
+    return (f"{sweep_grids.millions(a[0])} → {sweep_grids.millions(b[0])} "
+            f"({b[0] / a[0]:.2f}x), {a[1] / 1e9:.3g} → {b[1] / 1e9:.3g} ({b[1] / a[1]:.2f}x)")
 
 
 def significance_markdown(tests: list[PairedTest], test: str, alpha: float) -> str:
