@@ -20,7 +20,8 @@ HEADER = ("metric,a,b,paired_over,seeds,values_a,values_b,mean_diff_b_minus_a,ci
 def test_an_old_table_is_judged_again_with_holm_and_costs(tmp_path):
     # An earlier tables.py's file: its own intervals and verdicts are ignored.
     (tmp_path / "significance.csv").write_text(HEADER + "\n".join([
-        "SST-2,mh,th,pretraining seeds,0 1 2,74.1 74.6 74.0,72.9 72.7 72.8,-1.4,-1.8,-0.9,0.03,0.25,x",
+        "SST-2,mh,th,pretraining seeds,0 1 2,74.1 74.6 74.0,72.9 72.7 72.8,"
+        "-1.4,-1.8,-0.9,0.03,0.25,x",
         "MLM loss,mh,th,pretraining seeds,0 1 2,6.03 6.02 6.04,6.031 6.022 6.039,0,0,0,0.9,1,x",
         "steps to eval_accuracy>=0.99,mh,th,pretraining seeds,0 1 2 3 4,200 190 210 195 205,"
         "130 120 125 128 127,0,0,0,0,0,x"]) + "\n")
