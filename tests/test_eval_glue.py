@@ -491,6 +491,48 @@ def test_insert_talking_heads_refuses_a_talking_heads_checkpoint():
 
 
 @pytest.mark.slow
+def test_pretrained_fine_tuning_starts_from_exactly_the_checkpoints_encoder(
+        pretrained_workdir, tmp_path):
+    """The start of docs/RESULTS.md's "why pretraining hurts" question: at lr 1e-12 the
+    (regression) predictions are those of the checkpoint's encoder, every leaf as the
+    checkpoint holds it, with the classifier (and a pooler the checkpoint lacks) drawn
+    from the run's seed; so a pretrained start that scores below scratch is not a
+    loading defect."""
+    import flax
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    from helpers import final_params
+
+    import glue
+    from models import BertForSequenceClassification
+
+    glue_dir = tmp_path / "glue"
+    write_stsb(str(glue_dir / "STS-B"), np.random.default_rng(8))
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
+                         task="stsb", max_train_examples=32, num_epochs=1.0,
+                         learning_rates=(1e-12,))
+    pretrained = finetune.load_pretrained(config)
+    task = glue.get_task("stsb")
+    data = finetune.load_task_data(task, config, pretrained.tokenizer)
+    finetune.finetune_run(task, pretrained, data, 1e-12, 2, config, str(tmp_path / "run"))
+    got = np.load(tmp_path / "run" / "test_predictions.npy")
+
+    _, checkpoint = final_params(pretrained_workdir)
+    model = BertForSequenceClassification(pretrained.model_config, task.num_labels)
+    ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
+    fresh = flax.traverse_util.flatten_dict(
+        nn.unbox(model.init(jax.random.key(2), ids, ids, ids)["params"]))
+    saved = flax.traverse_util.flatten_dict({"bert": nn.unbox(checkpoint["bert"])})
+    assert set(saved) <= set(fresh) and len(saved) > 10
+    params = flax.traverse_util.unflatten_dict({**fresh, **saved})
+    test = data["test"]
+    want = np.asarray(model.apply({"params": params}, test["input_ids"],
+                                  test["token_type_ids"], test["attention_mask"]))[:, 0]
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.slow
 def test_from_scratch_fine_tuning_starts_from_a_fresh_encoder(pretrained_workdir, tmp_path):
     """init=scratch keeps the architecture and tokenizer and draws the encoder per seed:
     at lr 1e-12 its (regression) predictions are those of the freshly initialised
