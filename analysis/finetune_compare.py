@@ -82,7 +82,9 @@ def read_row(name: str, workdir: str) -> FineTuneRow:
     if not scores:
         raise ValueError(f"--row {name}={workdir}: no finished fine-tuning run "
                          f"(TASK/lr*_seed*/result.json)")
-    return FineTuneRow(name, workdir, str(identity["init"]),
+    # Paths under the current directory as relative ones: tables go into docs/.
+    source = str(identity["init"]).replace(os.getcwd() + os.sep, "")
+    return FineTuneRow(name, workdir, source,
                        ModelConfig.from_config(identity["model"]),
                        {k: identity.get(k) for k in PROTOCOL}, scores)
 
