@@ -24,6 +24,7 @@ import dataclasses
 import glob
 import json
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -82,8 +83,10 @@ def read_row(name: str, workdir: str) -> FineTuneRow:
     if not scores:
         raise ValueError(f"--row {name}={workdir}: no finished fine-tuning run "
                          f"(TASK/lr*_seed*/result.json)")
-    # Paths under the current directory as relative ones: tables go into docs/.
-    source = str(identity["init"]).replace(os.getcwd() + os.sep, "")
+    # Paths under the current directory as relative ones, and an installed package's
+    # from its site-packages/: tables go into docs/.
+    source = re.sub(r"/[^\s:]*/site-packages/", "site-packages/",
+                    str(identity["init"]).replace(os.getcwd() + os.sep, ""))
     return FineTuneRow(name, workdir, source,
                        ModelConfig.from_config(identity["model"]),
                        {k: identity.get(k) for k in PROTOCOL}, scores)
