@@ -66,6 +66,7 @@ def test_rows_pair_by_seed_at_their_best_learning_rate_with_holm(tmp_path):
     assert "Holm over 2" in text
 
 
+@pytest.mark.slow  # scripts in subprocesses
 def test_the_script_writes_both_files_or_one_error_line(tmp_path):
     a = write_workdir(tmp_path / "a", {5e-5: [80.0, 81.0, 82.0]})
     b = write_workdir(tmp_path / "b", {5e-5: [80.5, 81.0, 83.0]}, max_train_examples=4000)

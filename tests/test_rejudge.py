@@ -37,6 +37,7 @@ def test_an_old_table_is_judged_again_with_holm_and_costs(tmp_path):
     assert sst2.cost_a == (1000, 2e6) and sst2.cost_b == (1100, 3e6)
 
 
+@pytest.mark.slow  # scripts in subprocesses
 def test_a_damaged_file_is_one_error_line(tmp_path):
     path = tmp_path / "significance.csv"
     path.write_text(HEADER + "SST-2,mh,th,pretraining seeds,0 1,74.1 x,72.9 72.7,0,0,0,0,0,x\n")
