@@ -21,6 +21,7 @@ lies inside 1 point, else "not settled". Parameters and forward GFLOPs per token
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import json
 import os
@@ -59,11 +60,13 @@ class FineTuneRow:
     def at_best(self, task: str) -> dict[int, float]:
         return self.scores[task][self.best_lr(task)]
 
-    @property
+    # Cached: each count traces the model (jax.eval_shape), and every pair, task and
+    # table cell asks for them.
+    @functools.cached_property
     def params(self) -> int:
         return parameter_counts(self.model)[0]
 
-    @property
+    @functools.cached_property
     def flops(self) -> float:
         return flops_per_token(self.model, int(self.protocol["max_seq_length"]))
 
@@ -115,7 +118,7 @@ def parse_rows(specs: list[str]) -> list[FineTuneRow]:
 
 
 def task_metric(task: str) -> Metric:
-    return Metric(f"{task} dev", "task", task, margin=1.0)
+    return Metric(f"{task} dev", "task", task)
 
 
 def run_tests(rows: list[FineTuneRow], pairs: list[tuple[str, str]], resamples: int = 10_000,
@@ -136,8 +139,7 @@ def run_tests(rows: list[FineTuneRow], pairs: list[tuple[str, str]], resamples: 
                                      [va[s] for s in seeds], [vb[s] for s in seeds], resamples)
             tests.append(dataclasses.replace(done, cost_a=(a.params, a.flops),
                                              cost_b=(b.params, b.flops)))
-    return [dataclasses.replace(t, p_holm=p)
-            for t, p in zip(tests, stats.holm([t.p(test) for t in tests]), strict=True)]
+    return stats.with_holm(tests, test)
 
 
 def rows_markdown(rows: list[FineTuneRow]) -> str:

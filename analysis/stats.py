@@ -28,15 +28,25 @@ parameters are not read as equal cost.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
+import os
 import warnings
 from typing import Any
 
 import numpy as np
 import scipy.stats
 
-from analysis.runs import Metric, RowResult, Table, finetune_values, pretrain_value
+from analysis.runs import (
+    MLM_METRICS,
+    Metric,
+    RowResult,
+    Table,
+    finetune_values,
+    parse_steps_to,
+    pretrain_value,
+)
 from attention import registry
 from configs import grids
 
@@ -96,6 +106,12 @@ def holm(pvalues: list[float]) -> list[float]:
         running = max(running, min(1.0, (len(order) - rank) * p))
         adjusted[i] = running
     return adjusted
+
+
+def with_holm(tests: list[PairedTest], test: str = "t") -> list[PairedTest]:
+    """The tests with p_holm set: Holm over all of them (one table, one family)."""
+    return [dataclasses.replace(t, p_holm=p)
+            for t, p in zip(tests, holm([t.p(test) for t in tests]), strict=True)]
 
 
 def paired_values(a: RowResult, b: RowResult, metric: Metric, averaged: list[str]
@@ -174,8 +190,9 @@ def parse_pairs(specs: list[str], names: set[str]) -> list[tuple[str, str]]:
     pairs = []
     for spec in specs:
         a, sep, b = spec.partition(":")
-        if not sep or a not in names or b not in names:
-            raise ValueError(f"--pairs {spec!r}: use A:B with rows of the table ({sorted(names)})")
+        if not sep or a not in names or b not in names or a == b:
+            raise ValueError(f"--pairs {spec!r}: use A:B with two rows of the table "
+                             f"({sorted(names)})")
         pairs.append((a, b))
     return pairs
 
@@ -199,16 +216,13 @@ def run_tests(table: Table, pairs: list[tuple[str, str]], resamples: int,
                 tests.append(dataclasses.replace(
                     done, cost_a=(by_name[a].params, by_name[a].flops),
                     cost_b=(by_name[b].params, by_name[b].flops)))
-    return [dataclasses.replace(t, p_holm=p)
-            for t, p in zip(tests, holm([t.p(test) for t in tests]), strict=True)]
+    return with_holm(tests, test)
 
 
 # -- re-judging a written table ----------------------------------------------------------
 def metric_named(name: str) -> Metric:
     """The Metric behind a significance.csv column name (MLM loss / MLM acc, steps to
     TAG>=V, a GLUE average, else a task's score)."""
-    from analysis.runs import MLM_METRICS, parse_steps_to
-
     for metric in MLM_METRICS:
         if metric.name == name:
             return metric
@@ -221,9 +235,6 @@ def metric_named(name: str) -> Metric:
 
 def costs_from_table_csv(path: str) -> dict[str, tuple[int | None, float | None]]:
     """{row: (parameters, forward FLOPs/token)} from a tables.py table.csv; {} without one."""
-    import csv
-    import os
-
     if not os.path.isfile(path):
         return {}
     with open(path, newline="") as f:
@@ -236,9 +247,6 @@ def tests_from_csv(path: str, resamples: int = 10_000, test: str = "t") -> list[
     """A significance.csv's pairs (this or an earlier tables.py's: each row keeps its
     seeds and both sides' values) tested again under today's rule, Holm over the file;
     the parameters and FLOPs of each side from the table.csv beside it."""
-    import csv
-    import os
-
     costs = costs_from_table_csv(os.path.join(os.path.dirname(path), "table.csv"))
     tests = []
     with open(path, newline="") as f:
@@ -257,5 +265,4 @@ def tests_from_csv(path: str, resamples: int = 10_000, test: str = "t") -> list[
             tests.append(dataclasses.replace(
                 paired_test(metric, a, b, over, seeds, va, vb, resamples),
                 cost_a=costs.get(a, (None, None)), cost_b=costs.get(b, (None, None))))
-    return [dataclasses.replace(t, p_holm=p)
-            for t, p in zip(tests, holm([t.p(test) for t in tests]), strict=True)]
+    return with_holm(tests, test)

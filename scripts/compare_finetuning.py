@@ -15,7 +15,7 @@ import sys
 
 from absl import app, flags, logging
 
-from analysis import finetune_compare
+from analysis import finetune_compare, stats
 from common.files import write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -31,18 +31,6 @@ def define_flags() -> None:
     flags.mark_flag_as_required("out")
 
 
-def pairs_of(specs: list[str], names: list[str]) -> list[tuple[str, str]]:
-    if not specs:
-        return [(names[0], name) for name in names[1:]]
-    pairs = []
-    for spec in specs:
-        a, sep, b = spec.partition(":")
-        if not sep or a not in names or b not in names or a == b:
-            raise ValueError(f"--pairs {spec!r}: use A:B with two rows among {names}")
-        pairs.append((a, b))
-    return pairs
-
-
 def main(argv: list[str]) -> None:
     del argv
     if FLAGS["verbosity"].present == 0:
@@ -51,7 +39,9 @@ def main(argv: list[str]) -> None:
         if len(FLAGS.row) < 2:
             raise ValueError("--row: give two or more NAME=WORKDIR rows to compare")
         rows = finetune_compare.parse_rows(FLAGS.row)
-        pairs = pairs_of(FLAGS.pairs, [r.name for r in rows])
+        names = [r.name for r in rows]
+        pairs = (stats.parse_pairs(FLAGS.pairs, set(names)) if FLAGS.pairs
+                 else [(names[0], name) for name in names[1:]])
         tests = finetune_compare.run_tests(rows, pairs)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -30,6 +30,7 @@ import tokenizers
 import glue
 import input_pipeline
 from attention import registry
+from attention.talking_heads import CHOICES as TH_CHOICES
 from common.files import write_json_atomic
 from models import BertForSequenceClassification, BertModel, ModelConfig
 from models.hf_export import EXPORTABLE_ATTENTION
@@ -113,7 +114,7 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
                               f"vocabulary has {model_config.vocab_size}")
     check_params_fit(bert, model_config, source)
     if config.insert_talking_heads:
-        init = config.get("insert_th_init", "identity")
+        init = config.insert_th_init
         model_config, bert = with_talking_heads_inserted(model_config, bert, source, init)
         where = "at identity" if init == "identity" else f"with {init} mixing"
         source = f"talking heads inserted {where}: {source}"  # ends PATH@STEP
@@ -122,12 +123,6 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
         bert, source = None, f"scratch: architecture and tokenizer of {source}"
         return Pretrained(model_config, bert, tokenizer, source, init_stream=pretrain_seed)
     return Pretrained(model_config, bert, tokenizer, source)
-
-
-# insert_th_init: identity keeps the checkpoint's function; fan_in / truncated_fan_in
-# draw the mixing as a freshly built talking-heads layer does (what a user who swaps
-# the class into a trained model gets), per fine-tuning seed.
-INSERT_INITS = ("identity", "fan_in", "truncated_fan_in")
 
 
 def with_talking_heads_inserted(model_config: ModelConfig, bert: dict[str, Any], source: str,
@@ -142,9 +137,9 @@ def with_talking_heads_inserted(model_config: ModelConfig, bert: dict[str, Any],
     its own seed. Either way this is the "swap the layer into a trained model" route a
     user takes, as opposed to pretraining talking heads.
     """
-    if init not in INSERT_INITS:
+    if init not in TH_CHOICES["init"]:  # the talking-heads layer's own inits
         raise ValueError(f"insert_th_init={init!r} is unknown; choose one of "
-                         f"{', '.join(INSERT_INITS)}")
+                         f"{', '.join(TH_CHOICES['init'])}")
     if model_config.attention != "multi_head":
         raise ValueError(f"insert_talking_heads needs a multi_head checkpoint; {source} is "
                          f"{model_config.attention}")
