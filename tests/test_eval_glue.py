@@ -303,6 +303,24 @@ def test_duplicate_test_ids_are_found_before_fine_tuning(pretrained_workdir, tmp
     assert not (tmp_path / "out" / "SST-2").exists()
 
 
+def test_without_test_predictions_the_test_split_is_neither_read_nor_scored(
+        pretrained_workdir, tmp_path):
+    """write_test_predictions=false (studies): no submission, so the test split (here with
+    a duplicate id that would be refused) is not read, and no run scores it."""
+    glue_dir = tmp_path / "glue"
+    write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(6))
+    test_file = glue_dir / "SST-2" / "test.tsv"
+    lines = test_file.read_text().splitlines()
+    test_file.write_text("\n".join([*lines, lines[-1]]) + "\n")  # the last id twice
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
+                         max_train_examples=32, num_epochs=1.0, write_test_predictions=False)
+    results = finetune.run(config, str(tmp_path / "out"))
+    assert "SST-2" in results["tasks"] and not results.get("no_submission")
+    run_dir = tmp_path / "out" / "SST-2" / "lr0.002_seed0"
+    assert sorted(p.name for p in run_dir.glob("*_predictions.npy")) == ["dev_predictions.npy"]
+    assert not (tmp_path / "out" / "submission").exists()
+
+
 @pytest.mark.slow
 def test_a_missing_test_file_is_reported_not_silently_skipped(pretrained_workdir, tmp_path,
                                                              capsys):

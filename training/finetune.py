@@ -181,13 +181,16 @@ def check_params_fit(bert: dict[str, Any], model_config: ModelConfig, source: st
 
 # -- data -----------------------------------------------------------------------------
 def load_task_data(task: glue.GlueTask, config, tokenizer) -> dict[str, dict[str, np.ndarray]]:
-    """{split: encoded arrays} for train, the dev splits and whichever test splits exist.
+    """{split: encoded arrays} for train, the dev splits and whichever test splits exist
+    (none when write_test_predictions is off).
 
     A missing test file is announced (there is then no submission for it); duplicate
     test ids are refused here, before any fine-tuning, since GLUE scores by id.
     """
     data = {}
     for split in task.splits:
+        if split.startswith("test") and not config.write_test_predictions:
+            continue  # no submission: the test split would only cost its scoring
         where = (str(glue.split_path(task, config.glue_dir, split)) if config.glue_dir
                  else f"hub {task.name}/{split}")
         if (split.startswith("test") and config.glue_dir
@@ -213,7 +216,7 @@ def load_task_data(task: glue.GlueTask, config, tokenizer) -> dict[str, dict[str
 
 
 def missing_test_files(task: glue.GlueTask, config) -> list[str]:
-    if not config.glue_dir:
+    if not config.glue_dir or not config.write_test_predictions:
         return []
     paths = [glue.split_path(task, config.glue_dir, s) for s in task.test_splits]
     return [str(p) for p in paths if not p.exists()]
