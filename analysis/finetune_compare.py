@@ -142,6 +142,54 @@ def run_tests(rows: list[FineTuneRow], pairs: list[tuple[str, str]], resamples: 
     return stats.with_holm(tests, test)
 
 
+def parse_trend(specs: list[str], names: set[str]) -> list[tuple[str, str, float]]:
+    """--trend A:B@X,...: the pairs whose differences are regressed on log2(X)."""
+    points = []
+    for spec in specs:
+        pair, sep, x = spec.rpartition("@")
+        try:
+            value = float(x)
+        except ValueError:
+            value = float("nan")
+        if not sep or not value > 0:
+            raise ValueError(f"--trend {spec!r}: use A:B@X with X > 0 (e.g. mh_h8:th_h8@8)")
+        ends = pair.split(":")
+        if len(ends) != 2 or not set(ends) <= names or ends[0] == ends[1]:
+            raise ValueError(f"--trend {spec!r}: A and B must be two rows of the table "
+                             f"({sorted(names)})")
+        points.append((ends[0], ends[1], value))
+    return points
+
+
+def trend_tests(rows: list[FineTuneRow], points: list[tuple[str, str, float]], label: str
+                ) -> list[tuple[str, stats.TrendTest]]:
+    """Per task every point's rows ran: B - A at their best learning rates, paired by
+    fine-tuning seed, regressed on log2(X) (stats.difference_trend)."""
+    by_name = {r.name: r for r in rows}
+    tasks = sorted(set.intersection(*(set(by_name[n].scores) for a, b, _ in points
+                                      for n in (a, b))))
+    found = []
+    for task in tasks:
+        diffs = []
+        for a, b, x in points:
+            va, vb = by_name[a].at_best(task), by_name[b].at_best(task)
+            diffs.append((x, [vb[s] - va[s] for s in sorted(set(va) & set(vb))]))
+        found.append((task, stats.difference_trend(label, diffs)))
+    return found
+
+
+def trend_markdown(trends: list[tuple[str, stats.TrendTest]], alpha: float) -> str:
+    lines = []
+    for task, t in trends:
+        xs = ", ".join(f"{x:g}" for x in sorted(set(t.xs)))
+        lines.append(
+            f"Trend ({task} dev): {t.label} changes by {t.slope:+.2f} points per doubling of "
+            f"x (95% t interval [{t.ci[0]:+.2f}, {t.ci[1]:+.2f}], p = {t.p:.2g}; least "
+            f"squares of {len(t.diffs)} per-seed differences on log2 x, x = {xs}; one test, "
+            f"outside the table's Holm family): {t.verdict(alpha)}.")
+    return "\n\n".join(lines)
+
+
 def rows_markdown(rows: list[FineTuneRow]) -> str:
     """Per row and task: mean ± std at the best learning rate, n, every learning rate's
     mean (the best one marked; † when it is at the grid's edge: the grid may not bracket
@@ -172,7 +220,8 @@ def rows_markdown(rows: list[FineTuneRow]) -> str:
     return "\n".join(lines)
 
 
-def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float) -> str:
+def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
+           trends: list[tuple[str, stats.TrendTest]] = ()) -> str:
     protocol = ", ".join(f"{k}={v}" for k, v in rows[0].protocol.items() if v is not None)
     return "\n\n".join([
         f"Fine-tuning protocol shared by every row: {protocol}.",
@@ -184,10 +233,12 @@ def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float)
         f"Verdict: Holm-corrected paired t p < {alpha:g} → better; the whole 95% t interval "
         "inside ±1 point → equivalent; else not settled. The bootstrap interval is shown "
         "from n = 10 only.",
+        *([trend_markdown(trends, alpha)] if trends else []),
     ]) + "\n"
 
 
-def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float) -> str:
+def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
+            trends: list[tuple[str, stats.TrendTest]] = ()) -> str:
     return json.dumps({
         "rows": [{"name": r.name, "workdir": r.workdir, "source": r.source,
                   "attention": registry.get(r.model.attention).label(r.model), "params": r.params,
@@ -199,4 +250,7 @@ def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float
                    "seeds": list(t.seeds), "diff": t.diff, "ci": list(t.ci), "p_t": t.p_t,
                    "p_wilcoxon": t.p_wilcoxon, "p_holm": t.p_holm,
                    "verdict": t.verdict("t", alpha)} for t in tests],
+        "trends": [{"task": task, "label": t.label, "x": list(t.xs), "diffs": list(t.diffs),
+                    "slope_per_doubling": t.slope, "ci": list(t.ci), "p": t.p,
+                    "verdict": t.verdict(alpha)} for task, t in trends],
     }, indent=1)

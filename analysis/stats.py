@@ -161,6 +161,40 @@ def paired_test(metric: Metric, a: str, b: str, over: str, seeds: list[Any],
                       (float(d.mean() - half), float(d.mean() + half)), boot)
 
 
+@dataclasses.dataclass(frozen=True)
+class TrendTest:
+    """Does a paired difference B - A change with a setting x (e.g. the head count)?
+    Ordinary least squares of every per-seed difference on log2(x): the slope is the
+    change of B - A per doubling of x. Pairs at different x are different models, so
+    their differences are independent samples; one test, reported outside the
+    table's Holm family (it asks another question than any pair)."""
+    label: str  # "B - A" in words
+    xs: tuple[float, ...]  # x of each difference
+    diffs: tuple[float, ...]
+    slope: float  # per doubling of x
+    ci: tuple[float, float]  # 95% t interval of the slope (n - 2 degrees of freedom)
+    p: float  # two-sided, slope = 0
+
+    def verdict(self, alpha: float) -> str:
+        if self.p < alpha:
+            return "grows with x" if self.slope > 0 else "falls with x"
+        return "not settled"
+
+
+def difference_trend(label: str, points: list[tuple[float, list[float]]]) -> TrendTest:
+    """points: (x, the per-seed differences B - A at x); at least two x and three
+    differences."""
+    xs = [float(x) for x, diffs in points for _ in diffs]
+    ds = [float(d) for _, diffs in points for d in diffs]
+    if len(set(xs)) < 2 or len(ds) < 3:
+        raise ValueError(f"trend {label}: needs differences at two or more settings and "
+                         f"three or more in all (has {len(ds)} at {len(set(xs))})")
+    fit = scipy.stats.linregress(np.log2(xs), ds)
+    half = float(scipy.stats.t.ppf(0.975, len(ds) - 2) * fit.stderr)
+    return TrendTest(label, tuple(xs), tuple(ds), float(fit.slope),
+                     (float(fit.slope - half), float(fit.slope + half)), float(fit.pvalue))
+
+
 def default_pairs(results: list[RowResult], baseline: str | None) -> list[tuple[str, str]]:
     """multi_head vs the other attentions at an otherwise equal model; else all vs a baseline."""
     known = [r for r in results if r.model is not None]

@@ -4,6 +4,8 @@ by fine-tuning seed with Holm's correction over the table.
 
   python scripts/compare_finetuning.py --row mh=runs/minilm/mh \
       --row th_identity=runs/minilm/th_identity --pairs mh:th_identity --out DIR
+  ... --trend mh_h8:th_h8@8 --trend mh_h96:th_h96@96 --trend_label "th - mh"
+      # does th - mh change with the head count? (slope per doubling, one test per task)
 
 Writes DIR/table.md and DIR/table.json (each complete or not at all).
 """
@@ -26,6 +28,9 @@ def define_flags() -> None:
     flags.DEFINE_multi_string("row", [], "NAME=WORKDIR: an eval_glue.py / eval_squad.py workdir")
     flags.DEFINE_multi_string("pairs", [], "A:B (B - A is tested); default: the first row "
                               "against each other row")
+    flags.DEFINE_multi_string("trend", [], "A:B@X: regress the pairs' differences B - A on "
+                              "log2(X) (e.g. per head count; one test per task)")
+    flags.DEFINE_string("trend_label", "B - A", "the trend's difference in words")
     flags.DEFINE_string("out", None, "directory for table.md and table.json")
     flags.DEFINE_float("alpha", 0.05, "significance level (after Holm)")
     flags.mark_flag_as_required("out")
@@ -43,13 +48,16 @@ def main(argv: list[str]) -> None:
         pairs = (stats.parse_pairs(FLAGS.pairs, set(names)) if FLAGS.pairs
                  else [(names[0], name) for name in names[1:]])
         tests = finetune_compare.run_tests(rows, pairs)
+        trends = (finetune_compare.trend_tests(
+            rows, finetune_compare.parse_trend(FLAGS.trend, set(names)), FLAGS.trend_label)
+            if FLAGS.trend else [])
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
     os.makedirs(FLAGS.out, exist_ok=True)
-    markdown = finetune_compare.render(rows, tests, FLAGS.alpha)
+    markdown = finetune_compare.render(rows, tests, FLAGS.alpha, trends)
     for name, text in (("table.md", markdown),
-                       ("table.json", finetune_compare.to_json(rows, tests, FLAGS.alpha))):
+                       ("table.json", finetune_compare.to_json(rows, tests, FLAGS.alpha, trends))):
         write_text_atomic(os.path.join(FLAGS.out, name), text)
         print(f"wrote {os.path.join(FLAGS.out, name)}")
     print(markdown)

@@ -90,3 +90,56 @@ def test_the_script_writes_both_files_or_one_error_line(tmp_path):
     assert [t["a"] + ":" + t["b"] for t in saved["tests"]] == ["a:c"]
     assert saved["tests"][0]["diff"] == pytest.approx(2.5 / 3)
     assert "| a | hf:a |" in (out / "table.md").read_text()
+
+
+def test_difference_trend_is_least_squares_on_log2_x():
+    """The slope, its t interval and p as the textbook formulas give them in numpy."""
+    from analysis import stats
+
+    points = [(8, [0.5, -0.2, 0.1]), (48, [-1.0, -1.6, -0.4]), (96, [-2.5, -1.1, -2.0])]
+    trend = stats.difference_trend("th - mh", points)
+    x = np.log2([8] * 3 + [48] * 3 + [96] * 3)
+    d = np.array([v for _, diffs in points for v in diffs])
+    sxx = np.sum((x - x.mean()) ** 2)
+    slope = np.sum((x - x.mean()) * (d - d.mean())) / sxx
+    residuals = d - d.mean() - slope * (x - x.mean())
+    se = np.sqrt(np.sum(residuals ** 2) / (len(d) - 2) / sxx)
+    assert trend.slope == pytest.approx(slope)
+    assert trend.p == pytest.approx(2 * scipy.stats.t.sf(abs(slope / se), len(d) - 2))
+    half = scipy.stats.t.ppf(0.975, len(d) - 2) * se
+    assert trend.ci == pytest.approx((slope - half, slope + half))
+    assert trend.verdict(0.05) == "falls with x"
+    flat = stats.difference_trend("th - mh", [(8, [0.5, -0.5]), (96, [0.4, -0.4])])
+    assert flat.slope == pytest.approx(0) and flat.verdict(0.05) == "not settled"
+    with pytest.raises(ValueError, match="two or more settings"):
+        stats.difference_trend("th - mh", [(8, [0.5, -0.2, 0.1])])
+
+
+def test_trend_over_head_counts_pairs_each_count_at_its_best_rate(tmp_path):
+    """--trend A:B@X: each pair's per-seed differences at the rows' best learning rates,
+    regressed on log2(X); in the table as one test outside the Holm family."""
+    rows, trend_points, expected = [], [], []
+    for heads, gap in ((8, 0.0), (48, -2.0), (96, -4.0)):
+        model = MODEL.replace(num_heads=heads, hidden_size=96)
+        base = [80.0, 81.0, 82.0]
+        mh = write_workdir(tmp_path / f"mh{heads}", {1e-3: base, 1e-4: [60.0] * 3}, model=model)
+        th_best = [b + gap + noise for b, noise in zip(base, (0.3, -0.2, 0.1), strict=True)]
+        th = write_workdir(tmp_path / f"th{heads}", {1e-3: [50.0] * 3, 1e-4: th_best},
+                           model=model.replace(attention="talking_heads"))
+        rows += [f"mh_h{heads}={mh}", f"th_h{heads}={th}"]
+        trend_points.append(f"mh_h{heads}:th_h{heads}@{heads}")
+        expected.append((heads, list(np.subtract(th_best, base))))
+    parsed = finetune_compare.parse_rows(rows)
+    points = finetune_compare.parse_trend(trend_points, {r.name for r in parsed})
+    (task, trend), = finetune_compare.trend_tests(parsed, points, "th - mh")
+    from analysis import stats
+    assert task == "SST-2"
+    assert trend == stats.difference_trend("th - mh", expected)
+    assert trend.slope < 0
+    text = finetune_compare.render(parsed, [], 0.05, [(task, trend)])
+    assert "Trend (SST-2 dev): th - mh changes by" in text
+    assert "outside the table's Holm family" in text
+    with pytest.raises(ValueError, match="use A:B@X"):
+        finetune_compare.parse_trend(["mh_h8:th_h8"], {r.name for r in parsed})
+    with pytest.raises(ValueError, match="--trend 'mh_h8:th_h9@8': A and B must be two rows"):
+        finetune_compare.parse_trend(["mh_h8:th_h9@8"], {r.name for r in parsed})
