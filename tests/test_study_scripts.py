@@ -157,3 +157,47 @@ def test_pretraining_curve_fine_tunes_every_kept_checkpoint_and_scratch(tmp_path
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines() == [
         f"error: {empty}/checkpoints holds no checkpoint"]
+
+
+def test_head_count_study_runs_three_variants_per_head_count_on_one_grid(tmp_path):
+    """scripts/head_count_study.sh (docs/RESULTS.md part 7): per head count one
+    multi-head architecture (width 384: every count divides it), fine-tuned as multi-head
+    and with talking heads at identity / fan-in mixing on one protocol, then one paired
+    table whose pairs stay inside a head count; a bad INIT is one error line."""
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, HEADS="8,96")
+    out, tables = tmp_path / "out", tmp_path / "tables"
+    result = subprocess.run(["bash", "scripts/head_count_study.sh", str(out), str(tables)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = [shlex.split(x) for x in result.stdout.splitlines()]
+    pretrain = [x for x in lines if "train.py" in x]
+    assert [x[x.index("--workdir") + 1] for x in pretrain] == [
+        str(out / "pretrain_h8"), str(out / "pretrain_h96")]
+    assert all(",steps=1," in x[3] and "hidden=384" in x[3] for x in pretrain)
+    glue = [x for x in lines if "eval_glue.py" in x]
+    assert [x[x.index("--workdir") + 1] for x in glue] == [
+        str(out / f"h{h}" / name) for h in (8, 96) for name in ("mh", "th_identity", "th_fan_in")]
+    assert len({x[3] for x in glue}) == 1  # one protocol, grid and seeds
+    assert glue[0][3].endswith(",init=scratch")
+    assert f"--config.init_from={out / 'pretrain_h96'}" in glue[5]
+    assert "--config.insert_th_init=fan_in" in glue[5]
+    compare = lines[-1]
+    pairs = [compare[i + 1] for i, a in enumerate(compare) if a == "--pairs"]
+    assert pairs == [f"{a}_h{h}:{b}_h{h}" for h in (8, 96) for a, b in (
+        ("mh", "th_identity"), ("mh", "th_fan_in"), ("th_identity", "th_fan_in"))]
+    assert compare[-2:] == ["--out", str(tables)]
+    trend = [compare[i + 1] for i, a in enumerate(compare) if a == "--trend"]
+    assert trend == ["mh_h8:th_fan_in_h8@8", "mh_h96:th_fan_in_h96@96"]
+    one = subprocess.run(["bash", "scripts/head_count_study.sh", str(out), str(tables)],
+                         cwd=REPO, env=dict(env, HEADS="48"), capture_output=True, text=True,
+                         timeout=60)
+    assert "--trend" not in one.stdout  # one head count: no trend to fit
+    pretrained = subprocess.run(["bash", "scripts/head_count_study.sh", str(out)], cwd=REPO,
+                                env=dict(env, INIT="pretrained"), capture_output=True,
+                                text=True, timeout=60)
+    assert ",steps=1000," in pretrained.stdout and ",init=pretrained" in pretrained.stdout
+    bad = subprocess.run(["bash", "scripts/head_count_study.sh"], cwd=REPO, text=True,
+                         env=dict(env, INIT="warm"), capture_output=True, timeout=60)
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == "error: INIT=warm: choose scratch or pretrained"
+    assert not out.exists()
