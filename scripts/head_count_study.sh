@@ -13,6 +13,8 @@
 #       docs/results/head_counts_pretrained   # multi-head pretrained per head count,
 #       # then fine-tuned as is / with talking heads inserted at the identity / fan-in
 #   HEADS=8,96 bash scripts/head_count_study.sh      # some head counts (the rest later)
+#   HEADS=64 VARIANTS=th_fan_in bash scripts/...     # some variants (two machines, or
+#                                                    # two processes on other rows)
 #   DRY_RUN=1 bash scripts/head_count_study.sh       # print the commands only
 #
 # INIT=scratch trains every weight on the task: the multi-head "pretraining" per head
@@ -29,6 +31,7 @@ OUT=${1:-runs/head_counts_$INIT}
 RESULTS=${2:-docs/results/head_counts_$INIT}
 PYTHON=${PYTHON:-python}
 HEADS=${HEADS:-8,48,64,96}
+VARIANTS=${VARIANTS:-mh,th_identity,th_fan_in}
 SEEDS=${SEEDS:-5}
 LRS=${LRS:-3e-4/1e-3/3e-3}
 MAX_TRAIN=${MAX_TRAIN:-2000}
@@ -40,6 +43,12 @@ case "$INIT" in
   pretrained) STEPS=${STEPS:-1000} ;;
   *) echo "error: INIT=$INIT: choose scratch or pretrained" >&2; exit 1 ;;
 esac
+for name in ${VARIANTS//,/ }; do
+  case "$name" in
+    mh|th_identity|th_fan_in) ;;
+    *) echo "error: VARIANTS: $name is not one of mh, th_identity, th_fan_in" >&2; exit 1 ;;
+  esac
+done
 RUN=()
 if [[ -n "${DRY_RUN:-}" ]]; then RUN=(echo); fi
 MODEL="layers=2,hidden=384,mlp=1536,max_len=64,norm=pre,init_std=0.02"
@@ -60,7 +69,7 @@ for heads in ${HEADS//,/ }; do
       --config.data.eval_fraction=0.05 --config.optimizer.warmup_steps=$(( STEPS / 10 )) \
       --config.eval_every_steps="$STEPS" --config.checkpoint_every_steps="$STEPS" \
       --config.eval_batches=16 --workdir "$OUT/pretrain_h$heads"
-  for name in mh th_identity th_fan_in; do
+  for name in ${VARIANTS//,/ }; do
     # shellcheck disable=SC2086  # the variant's flags are words
     "${RUN[@]}" "$PYTHON" eval_glue.py \
         --config "configs/glue.py:task=sst2,seeds=$SEEDS,lr=$LRS,epochs=$EPOCHS,max_train=$MAX_TRAIN,seq_len=64,group_by_length=true,buckets=32/64,init=$INIT" \
@@ -69,9 +78,15 @@ for heads in ${HEADS//,/ }; do
         ${VARIANT[$name]} --workdir "$OUT/h$heads/$name"
     ROWS+=(--row "${name}_h$heads=$OUT/h$heads/$name")
   done
-  PAIRS+=(--pairs "mh_h$heads:th_identity_h$heads" --pairs "mh_h$heads:th_fan_in_h$heads"
-          --pairs "th_identity_h$heads:th_fan_in_h$heads")
-  TREND+=(--trend "mh_h$heads:th_fan_in_h$heads@$heads")
+  for pair in mh:th_identity mh:th_fan_in th_identity:th_fan_in; do
+    a=${pair%:*} b=${pair#*:}
+    if [[ ",$VARIANTS," == *",$a,"* && ",$VARIANTS," == *",$b,"* ]]; then
+      PAIRS+=(--pairs "${a}_h$heads:${b}_h$heads")
+    fi
+  done
+  if [[ ",$VARIANTS," == *",mh,"* && ",$VARIANTS," == *",th_fan_in,"* ]]; then
+    TREND+=(--trend "mh_h$heads:th_fan_in_h$heads@$heads")
+  fi
 done
 # Does the fan-in deficit grow with the head count? (a fresh draw leaves each head
 # 1/heads of its own weight): one regression over the head counts, when there are two.

@@ -192,6 +192,16 @@ def test_head_count_study_runs_three_variants_per_head_count_on_one_grid(tmp_pat
                          cwd=REPO, env=dict(env, HEADS="48"), capture_output=True, text=True,
                          timeout=60)
     assert "--trend" not in one.stdout  # one head count: no trend to fit
+    some = subprocess.run(["bash", "scripts/head_count_study.sh", str(out), str(tables)],
+                          cwd=REPO, env=dict(env, VARIANTS="mh,th_fan_in"),
+                          capture_output=True, text=True, timeout=60)
+    compare = shlex.split(some.stdout.splitlines()[-1])
+    assert [compare[i + 1] for i, a in enumerate(compare) if a == "--pairs"] == [
+        "mh_h8:th_fan_in_h8", "mh_h96:th_fan_in_h96"]  # only pairs of the variants run
+    wrong = subprocess.run(["bash", "scripts/head_count_study.sh"], cwd=REPO, text=True,
+                           env=dict(env, VARIANTS="mh,th"), capture_output=True, timeout=60)
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip() == "error: VARIANTS: th is not one of mh, th_identity, th_fan_in"
     pretrained = subprocess.run(["bash", "scripts/head_count_study.sh", str(out)], cwd=REPO,
                                 env=dict(env, INIT="pretrained"), capture_output=True,
                                 text=True, timeout=60)
