@@ -157,36 +157,51 @@ def parse_trend(specs: list[str], names: set[str]) -> list[tuple[str, str, float
         if len(ends) != 2 or not set(ends) <= names or ends[0] == ends[1]:
             raise ValueError(f"--trend {spec!r}: A and B must be two rows of the table "
                              f"({sorted(names)})")
+        if (ends[0], ends[1]) in [(a, b) for a, b, _ in points]:
+            raise ValueError(f"--trend {spec!r}: the pair is given twice (its differences "
+                             f"would count twice)")
         points.append((ends[0], ends[1], value))
     return points
 
 
 def trend_tests(rows: list[FineTuneRow], points: list[tuple[str, str, float]], label: str
-                ) -> list[tuple[str, stats.TrendTest]]:
-    """Per task every point's rows ran: B - A at their best learning rates, paired by
-    fine-tuning seed, regressed on log2(X) (stats.difference_trend)."""
+                ) -> list[tuple[str, stats.TrendTest | str]]:
+    """Per task: B - A of every point at the rows' best learning rates, paired by
+    fine-tuning seed, regressed on log2(X) (stats.difference_trend); a task it cannot be
+    fitted for gets the reason instead (the pairs' table is written either way)."""
     by_name = {r.name: r for r in rows}
-    tasks = sorted(set.intersection(*(set(by_name[n].scores) for a, b, _ in points
-                                      for n in (a, b))))
-    found = []
-    for task in tasks:
+    names = [n for a, b, _ in points for n in (a, b)]
+    found: list[tuple[str, stats.TrendTest | str]] = []
+    for task in sorted({t for n in names for t in by_name[n].scores}):
+        missing = [n for n in dict.fromkeys(names) if task not in by_name[n].scores]
+        if missing:
+            found.append((task, f"{', '.join(missing)} did not run {task}"))
+            continue
         diffs = []
         for a, b, x in points:
             va, vb = by_name[a].at_best(task), by_name[b].at_best(task)
             diffs.append((x, [vb[s] - va[s] for s in sorted(set(va) & set(vb))]))
-        found.append((task, stats.difference_trend(label, diffs)))
+        try:
+            found.append((task, stats.difference_trend(label, diffs)))
+        except ValueError as error:
+            found.append((task, str(error)))
     return found
 
 
-def trend_markdown(trends: list[tuple[str, stats.TrendTest]], alpha: float) -> str:
+def trend_markdown(trends: list[tuple[str, stats.TrendTest | str]], alpha: float) -> str:
     lines = []
     for task, t in trends:
+        if isinstance(t, str):
+            lines.append(f"Trend ({task} dev): not fitted: {t}.")
+            continue
         xs = ", ".join(f"{x:g}" for x in sorted(set(t.xs)))
         lines.append(
             f"Trend ({task} dev): {t.label} changes by {t.slope:+.2f} points per doubling of "
             f"x (95% t interval [{t.ci[0]:+.2f}, {t.ci[1]:+.2f}], p = {t.p:.2g}; least "
             f"squares of {len(t.diffs)} per-seed differences on log2 x, x = {xs}; one test, "
-            f"outside the table's Holm family): {t.verdict(alpha)}.")
+            f"outside the table's Holm family; each seed's difference counts as independent, "
+            f"true where every seed draws its own start, e.g. init=scratch): "
+            f"{t.verdict(alpha)}.")
     return "\n\n".join(lines)
 
 
@@ -221,7 +236,7 @@ def rows_markdown(rows: list[FineTuneRow]) -> str:
 
 
 def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
-           trends: list[tuple[str, stats.TrendTest]] = ()) -> str:
+           trends: list[tuple[str, stats.TrendTest | str]] = ()) -> str:
     protocol = ", ".join(f"{k}={v}" for k, v in rows[0].protocol.items() if v is not None)
     return "\n\n".join([
         f"Fine-tuning protocol shared by every row: {protocol}.",
@@ -238,7 +253,7 @@ def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
 
 
 def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
-            trends: list[tuple[str, stats.TrendTest]] = ()) -> str:
+            trends: list[tuple[str, stats.TrendTest | str]] = ()) -> str:
     return json.dumps({
         "rows": [{"name": r.name, "workdir": r.workdir, "source": r.source,
                   "attention": registry.get(r.model.attention).label(r.model), "params": r.params,
@@ -250,7 +265,8 @@ def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float
                    "seeds": list(t.seeds), "diff": t.diff, "ci": list(t.ci), "p_t": t.p_t,
                    "p_wilcoxon": t.p_wilcoxon, "p_holm": t.p_holm,
                    "verdict": t.verdict("t", alpha)} for t in tests],
-        "trends": [{"task": task, "label": t.label, "x": list(t.xs), "diffs": list(t.diffs),
+        "trends": [{"task": task, "not_fitted": t} if isinstance(t, str) else
+                   {"task": task, "label": t.label, "x": list(t.xs), "diffs": list(t.diffs),
                     "slope_per_doubling": t.slope, "ci": list(t.ci), "p": t.p,
                     "verdict": t.verdict(alpha)} for task, t in trends],
     }, indent=1)

@@ -189,6 +189,8 @@ def difference_trend(label: str, points: list[tuple[float, list[float]]]) -> Tre
     if len(set(xs)) < 2 or len(ds) < 3:
         raise ValueError(f"trend {label}: needs differences at two or more settings and "
                          f"three or more in all (has {len(ds)} at {len(set(xs))})")
+    if np.ptp(ds) == 0:
+        raise ValueError(f"trend {label}: every difference is {ds[0]:g}; no spread to test")
     fit = scipy.stats.linregress(np.log2(xs), ds)
     half = float(scipy.stats.t.ppf(0.975, len(ds) - 2) * fit.stderr)
     return TrendTest(label, tuple(xs), tuple(ds), float(fit.slope),

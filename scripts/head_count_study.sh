@@ -13,8 +13,11 @@
 #       docs/results/head_counts_pretrained   # multi-head pretrained per head count,
 #       # then fine-tuned as is / with talking heads inserted at the identity / fan-in
 #   HEADS=8,96 bash scripts/head_count_study.sh      # some head counts (the rest later)
-#   HEADS=64 VARIANTS=th_fan_in bash scripts/...     # some variants (two machines, or
-#                                                    # two processes on other rows)
+#   HEADS=64 VARIANTS=th_fan_in bash scripts/...     # some variants (no table without a
+#       # pair); two processes at once: split by HEADS, or by VARIANTS once the head
+#       # count's pretraining is done (both would run train.py on it; the second is refused)
+#   bash scripts/head_count_study.sh                 # at the end: skips every finished run
+#                                                    # and writes the whole table
 #   DRY_RUN=1 bash scripts/head_count_study.sh       # print the commands only
 #
 # INIT=scratch trains every weight on the task: the multi-head "pretraining" per head
@@ -32,6 +35,7 @@ RESULTS=${2:-docs/results/head_counts_$INIT}
 PYTHON=${PYTHON:-python}
 HEADS=${HEADS:-8,48,64,96}
 VARIANTS=${VARIANTS:-mh,th_identity,th_fan_in}
+VARIANTS=${VARIANTS// /,}
 SEEDS=${SEEDS:-5}
 LRS=${LRS:-3e-4/1e-3/3e-3}
 MAX_TRAIN=${MAX_TRAIN:-2000}
@@ -91,5 +95,10 @@ done
 # Does the fan-in deficit grow with the head count? (a fresh draw leaves each head
 # 1/heads of its own weight): one regression over the head counts, when there are two.
 if (( ${#TREND[@]} < 4 )); then TREND=(); else TREND+=(--trend_label "th_fan_in - mh"); fi
+if (( ${#PAIRS[@]} == 0 )); then
+  # A part of the study (one variant): its table comes from a run over all of them.
+  echo "no pair among VARIANTS=$VARIANTS: no table; rerun with every variant for it" >&2
+  exit 0
+fi
 "${RUN[@]}" "$PYTHON" scripts/compare_finetuning.py "${ROWS[@]}" "${PAIRS[@]}" "${TREND[@]}" \
     --out "$RESULTS"

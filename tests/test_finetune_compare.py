@@ -139,6 +139,17 @@ def test_trend_over_head_counts_pairs_each_count_at_its_best_rate(tmp_path):
     text = finetune_compare.render(parsed, [], 0.05, [(task, trend)])
     assert "Trend (SST-2 dev): th - mh changes by" in text
     assert "outside the table's Holm family" in text
+    # A task some rows lack, or too few differences, is a line in the table, not an error.
+    lone = [(8.0, [1.0, 1.0]), (96.0, [1.0])]
+    with pytest.raises(ValueError, match="no spread"):
+        stats.difference_trend("th - mh", lone)
+    few = finetune_compare.trend_tests(parsed, points[:1], "th - mh")
+    assert few == [("SST-2", "trend th - mh: needs differences at two or more settings and "
+                             "three or more in all (has 3 at 1)")]
+    assert "Trend (SST-2 dev): not fitted: trend th - mh" in finetune_compare.render(
+        parsed, [], 0.05, few)
+    with pytest.raises(ValueError, match="given twice"):
+        finetune_compare.parse_trend(trend_points[:1] * 2, {r.name for r in parsed})
     with pytest.raises(ValueError, match="use A:B@X"):
         finetune_compare.parse_trend(["mh_h8:th_h8"], {r.name for r in parsed})
     with pytest.raises(ValueError, match="--trend 'mh_h8:th_h9@8': A and B must be two rows"):

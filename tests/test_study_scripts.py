@@ -198,6 +198,11 @@ def test_head_count_study_runs_three_variants_per_head_count_on_one_grid(tmp_pat
     compare = shlex.split(some.stdout.splitlines()[-1])
     assert [compare[i + 1] for i, a in enumerate(compare) if a == "--pairs"] == [
         "mh_h8:th_fan_in_h8", "mh_h96:th_fan_in_h96"]  # only pairs of the variants run
+    alone = subprocess.run(["bash", "scripts/head_count_study.sh", str(out), str(tables)],
+                           cwd=REPO, env=dict(env, VARIANTS="th_fan_in"), capture_output=True,
+                           text=True, timeout=60)
+    assert alone.returncode == 0 and "compare_finetuning.py" not in alone.stdout
+    assert alone.stderr.strip().startswith("no pair among VARIANTS=th_fan_in: no table")
     wrong = subprocess.run(["bash", "scripts/head_count_study.sh"], cwd=REPO, text=True,
                            env=dict(env, VARIANTS="mh,th"), capture_output=True, timeout=60)
     assert wrong.returncode == 1
