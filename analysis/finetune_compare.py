@@ -9,7 +9,8 @@ report it, for every row alike. Two rows' scores are paired by fine-tuning seed:
 same seed gives both the same classifier init draw, example order and dropout stream,
 so their difference is the start's, not the data order's. One pretrained start per
 row: the spread is fine-tuning noise only, and a verdict speaks for these starts, not
-for the architecture over pretraining seeds.
+for the architecture over pretraining seeds (init=scratch rows draw every weight per
+seed instead: their spread holds the init's noise too).
 
 Tests and verdicts are analysis/stats.py's: paired t interval and p, Wilcoxon p,
 Holm's correction over every test of the table (one table, one family), "B better" /
@@ -52,6 +53,10 @@ class FineTuneRow:
     protocol: dict[str, Any]
     # task -> learning rate -> fine-tuning seed -> main dev score
     scores: dict[str, dict[float, dict[int, float]]]
+
+    @property
+    def from_scratch(self) -> bool:
+        return self.source.startswith("scratch:")  # eval_glue.py's name of an init=scratch start
 
     def best_lr(self, task: str) -> float:
         by_lr = self.scores[task]
@@ -235,6 +240,18 @@ def rows_markdown(rows: list[FineTuneRow]) -> str:
     return "\n".join(lines)
 
 
+def spread_note(rows: list[FineTuneRow]) -> str:
+    """What a row's spread over seeds holds: init=scratch draws every weight per seed."""
+    scratch = [r.name for r in rows if r.from_scratch]
+    if not scratch:
+        return "One start per row, so the spread is fine-tuning noise only."
+    if len(scratch) == len(rows):
+        return ("Every row is trained from scratch: each seed draws its own weights, so the "
+                "spread holds the init's noise as well as the data order's.")
+    return (f"From scratch ({', '.join(scratch)}): each seed draws its own weights; the other "
+            "rows start from one checkpoint, so their spread is fine-tuning noise only.")
+
+
 def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
            trends: list[tuple[str, stats.TrendTest | str]] = ()) -> str:
     protocol = ", ".join(f"{k}={v}" for k, v in rows[0].protocol.items() if v is not None)
@@ -242,8 +259,7 @@ def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
         f"Fine-tuning protocol shared by every row: {protocol}.",
         rows_markdown(rows),
         "Each row at its own best learning rate (mean dev score over fine-tuning seeds; † "
-        "best at the grid's edge). Pairs by fine-tuning seed; one start per row, so the "
-        "spread is fine-tuning noise only.",
+        "best at the grid's edge). Pairs by fine-tuning seed. " + spread_note(rows),
         tables.significance_markdown(tests, "t", alpha),
         f"Verdict: Holm-corrected paired t p < {alpha:g} → better; the whole 95% t interval "
         "inside ±1 point → equivalent; else not settled. The bootstrap interval is shown "

@@ -23,11 +23,11 @@ PROTOCOL = {"max_seq_length": 64, "batch_size": 32, "num_epochs": 2.0,
 
 
 def write_workdir(path, scores: dict[float, list[float]], model=MODEL, task="SST-2",
-                  **protocol):
+                  init=None, **protocol):
     """A GLUE workdir as eval_glue.py leaves it: identity and one result.json per run."""
     os.makedirs(path)
     with open(os.path.join(path, "glue_identity.json"), "w") as f:
-        json.dump({"init": f"hf:{os.path.basename(path)}", "model": model.to_dict(),
+        json.dump({"init": init or f"hf:{os.path.basename(path)}", "model": model.to_dict(),
                    **PROTOCOL, **protocol}, f)
     for lr, per_seed in scores.items():
         for seed, value in enumerate(per_seed):
@@ -154,3 +154,16 @@ def test_trend_over_head_counts_pairs_each_count_at_its_best_rate(tmp_path):
         finetune_compare.parse_trend(["mh_h8:th_h8"], {r.name for r in parsed})
     with pytest.raises(ValueError, match="--trend 'mh_h8:th_h9@8': A and B must be two rows"):
         finetune_compare.parse_trend(["mh_h8:th_h9@8"], {r.name for r in parsed})
+
+
+def test_the_table_says_what_a_scratch_rows_spread_holds(tmp_path):
+    """init=scratch draws every weight per seed: its spread is not fine-tuning noise only."""
+    a = write_workdir(tmp_path / "a", {1e-3: [70.0, 71.0, 69.0]})
+    s = write_workdir(tmp_path / "s", {1e-3: [68.0, 70.5, 69.0]},
+                      init="scratch: architecture and tokenizer of runs/x@1")
+    both = finetune_compare.parse_rows([f"a={a}", f"s={s}"])
+    assert [r.from_scratch for r in both] == [False, True]
+    assert "From scratch (s): each seed draws its own weights" in finetune_compare.render(
+        both, [], 0.05)
+    assert "One start per row, so the spread is fine-tuning noise only." in (
+        finetune_compare.render(both[:1], [], 0.05))
