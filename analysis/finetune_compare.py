@@ -56,7 +56,7 @@ class FineTuneRow:
 
     @property
     def from_scratch(self) -> bool:
-        return self.source.startswith("scratch:")  # eval_glue.py's name of an init=scratch start
+        return self.source.startswith(results.SCRATCH_START)
 
     def best_lr(self, task: str) -> float:
         by_lr = self.scores[task]
@@ -158,14 +158,15 @@ def parse_trend(specs: list[str], names: set[str]) -> list[tuple[str, str, float
             value = float("nan")
         if not sep or not value > 0:
             raise ValueError(f"--trend {spec!r}: use A:B@X with X > 0 (e.g. mh_h8:th_h8@8)")
-        ends = pair.split(":")
-        if len(ends) != 2 or not set(ends) <= names or ends[0] == ends[1]:
+        try:
+            (a, b), = stats.parse_pairs([pair], names)
+        except ValueError:
             raise ValueError(f"--trend {spec!r}: A and B must be two rows of the table "
-                             f"({sorted(names)})")
-        if (ends[0], ends[1]) in [(a, b) for a, b, _ in points]:
+                             f"({sorted(names)})") from None
+        if (a, b) in [(pa, pb) for pa, pb, _ in points]:
             raise ValueError(f"--trend {spec!r}: the pair is given twice (its differences "
                              f"would count twice)")
-        points.append((ends[0], ends[1], value))
+        points.append((a, b, value))
     return points
 
 

@@ -120,7 +120,7 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
         source = f"talking heads inserted {where}: {source}"  # ends PATH@STEP
     if config.init == "scratch":
         # The architecture and tokenizer only: each run initialises every weight itself.
-        bert, source = None, f"scratch: architecture and tokenizer of {source}"
+        bert, source = None, results.SCRATCH_START + source
         return Pretrained(model_config, bert, tokenizer, source, init_stream=pretrain_seed)
     return Pretrained(model_config, bert, tokenizer, source)
 

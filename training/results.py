@@ -67,6 +67,9 @@ RUN_CONFIG = "config.json"
 RUN_RESULT = "result.json"
 GLUE_RESULTS = "results.json"
 GLUE_MARKDOWN = "results.md"
+# How glue_identity.json's "init" names an init=scratch start (then the source it
+# borrows the architecture and tokenizer from).
+SCRATCH_START = "scratch: architecture and tokenizer of "
 
 MANIFEST = "sweep.json"
 LAUNCH_LIST = "launch_list.txt"
