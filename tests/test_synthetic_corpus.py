@@ -1,4 +1,4 @@
-"""The synthetic recall corpus (input_pipeline/synthetic.py) and the masking option it
+"""The synthetic corpora (input_pipeline/synthetic.py) and the masking option it
 needs (data.mask_targets: only tokens whose vocabulary entry matches are masked).
 
 Self-contained: imports nothing from other test files."""
@@ -136,10 +136,11 @@ def test_targets_must_cover_the_vocabulary():
 # -- the corpus --------------------------------------------------------------------------
 
 SPECS = {"recall": "synthetic:recall:pairs=6,keys=20,values=9,queries=3,n=2300,seed=7",
-         "find": "synthetic:find:pairs=6,queries=3,n=2300,seed=7"}
+         "find": "synthetic:find:pairs=6,queries=3,n=2300,seed=7",
+         "mode": "synthetic:mode:pairs=12,keys=6,values=4,n=2300,seed=7"}
 
 
-@pytest.mark.parametrize("task", ["recall", "find"])
+@pytest.mark.parametrize("task", ["recall", "find", "mode"])
 def test_the_corpus_is_a_pure_function_of_its_spec(task):
     corpus = parse_corpus_spec(SPECS[task])
     again = parse_corpus_spec(SPECS[task])
@@ -188,6 +189,39 @@ def test_every_answer_is_recoverable_by_construction(task):
                    for words in corpus.sequences(0, 100))
 
 
+def test_a_mode_answer_is_the_members_mode_and_nothing_simpler_gives_it():
+    """mode: the members' most held value, unique by 2; every value is held equally often
+    in every list, so only the query's members (the relation) say which it is."""
+    corpus = parse_corpus_spec("synthetic:mode:pairs=32,keys=16,values=8,n=3000,seed=3")
+    assert corpus.queries == 1 and corpus.mode_count == 4
+    relation = corpus.relation()
+    assert relation.shape == (16, 16) and (relation.sum(axis=1) == 8).all()
+    # The premise of the task: the (query type x item type) pattern an even spread over
+    # the members needs is of full rank, far above a key size of 2.
+    assert np.linalg.matrix_rank(relation.astype(float)) >= 15
+    np.testing.assert_array_equal(relation, parse_corpus_spec(corpus.describe()).relation())
+    assert not np.array_equal(relation, dataclasses.replace(corpus, seed=4).relation())
+    d = corpus.draw(0, corpus.n)
+    for types, values, (query,), (answer,) in zip(d["keys"], d["values"], d["queried"],
+                                                  d["answer"], strict=True):
+        assert (np.bincount(values, minlength=8) == 4).all()  # flat: the list says nothing
+        members = relation[query][types]
+        assert members.sum() == 16
+        held = np.bincount(values[members], minlength=8)
+        assert held[answer] == 4 and np.delete(held, answer).max() <= 2
+    # an independent solver (counting with collections.Counter) agrees on every sequence
+    solved = sum(oracle(words[:-1] + ["[MASK]"], relation) == [words[-1]]
+                 for words in corpus.sequences(0, corpus.n))
+    assert solved == corpus.n
+    # ...and the answer is not a function of the query: every query type meets every answer
+    pairs = {(q, a) for q, a in zip(d["queried"][:, 0], d["answer"][:, 0], strict=True)}
+    assert len(pairs) == 16 * 8
+    words = corpus.sequences(0, 1)[0]
+    assert words[-3:-1] == ["query", f"q{d['queried'][0, 0]}"] and len(words) + 2 == 37
+    with pytest.raises(InputPipelineError, match="relation"):
+        oracle(words)
+
+
 def test_the_spec_round_trips_and_names_every_parameter():
     corpus = parse_corpus_spec("synthetic:recall:pairs=6,queries=2")
     assert corpus.describe() == ("synthetic:recall:pairs=6,keys=64,values=16,queries=2,"
@@ -206,6 +240,9 @@ def test_the_spec_round_trips_and_names_every_parameter():
     find = parse_corpus_spec("synthetic:find:pairs=5")
     assert find.describe() == "synthetic:find:pairs=5,queries=4,n=20000,seed=0"
     assert parse_corpus_spec(find.describe()) == find
+    mode = parse_corpus_spec("synthetic:mode:pairs=48,values=8")
+    assert mode.describe() == "synthetic:mode:pairs=48,keys=64,values=8,n=20000,seed=0"
+    assert parse_corpus_spec(mode.describe()) == mode and mode.queries == 1
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -221,6 +258,11 @@ def test_the_spec_round_trips_and_names_every_parameter():
     ("synthetic:find:pairs=2,queries=3", "queries=3 > pairs=2"),
     ("synthetic:recall:pairs=20,values=19", "values=19 < pairs=20"),
     ("synthetic:find:keys=8,values=3", "find takes no keys, values"),
+    ("synthetic:mode:queries=2", "mode takes no queries"),
+    ("synthetic:mode:pairs=30,values=8", "pairs=30 must be even and 3 or more times values=8"),
+    ("synthetic:mode:pairs=16,values=8", "pairs=16 must be even and 3 or more times"),
+    ("synthetic:mode:keys=7,pairs=32,values=8", "keys=7 must be even"),
+    ("synthetic:mode:pairs=24,values=8", "cannot hold the other values at most 1 times"),
 ])
 def test_a_bad_spec_is_one_corpus_error_line(spec, message):
     with pytest.raises(CorpusError) as error:
@@ -235,7 +277,7 @@ MASKING = dict(mask_targets=ANSWER_PATTERN, mask_prob=1.0, mask_token_prob=1.0,
                random_token_prob=0.0)
 
 
-@pytest.mark.parametrize("task", ["recall", "find"])
+@pytest.mark.parametrize("task", ["recall", "find", "mode"])
 def test_packed_rows_are_the_sequences_and_only_the_answers_are_masked(tmp_path, task):
     spec = SPECS[task].replace("n=2300", "n=300")
     corpus = parse_corpus_spec(spec)
@@ -263,7 +305,8 @@ def test_packed_rows_are_the_sequences_and_only_the_answers_are_masked(tmp_path,
             keep = np.setdiff1d(np.arange(length), answers)
             np.testing.assert_array_equal(batch["input_ids"][i, keep], ids[i, keep])
             hidden = vocab[batch["input_ids"][i, 1:corpus.sequence_length - 1]].tolist()
-            assert oracle(hidden) == vocab[ids[i, answers]].tolist()
+            relation = corpus.relation() if task == "mode" else None
+            assert oracle(hidden, relation) == vocab[ids[i, answers]].tolist()
 
     host = data.eval_batches(8, num_batches=2).batch(1)
     check(host, rows[8:16])
