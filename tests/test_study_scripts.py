@@ -117,6 +117,18 @@ def test_minilm_study_script_runs_three_starts_on_one_grid(tmp_path):
                      ["--config.insert_th_init=fan_in"]]
     assert "scripts/compare_finetuning.py" in lines[-1]
     assert not (tmp_path / "out").exists()
+    # Split over two processes: a part runs its variants and writes no table.
+    part = subprocess.run(["bash", "scripts/minilm_study.sh", str(tmp_path / "out")], cwd=REPO,
+                          env={**env, "VARIANTS": "th_fan_in", "TASKS": "mrpc"},
+                          capture_output=True, text=True, timeout=60)
+    assert part.returncode == 0, part.stderr
+    assert [x.split("--workdir ")[1] for x in part.stdout.splitlines()] == [
+        str(tmp_path / "out" / "th_fan_in")]
+    assert "no table" in part.stderr
+    bad = subprocess.run(["bash", "scripts/minilm_study.sh"], cwd=REPO, capture_output=True,
+                         env={**env, "VARIANTS": "mh,th"}, text=True, timeout=60)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr.strip() == "error: VARIANTS: th is not one of mh, th_identity, th_fan_in"
     missing = subprocess.run(["bash", "scripts/minilm_study.sh"], cwd=REPO, capture_output=True,
                              text=True, env=dict(os.environ, PYTHON="false", MINILM=""))
     assert missing.returncode == 1
