@@ -128,7 +128,16 @@ def _synthetic_rows() -> dict[str, list[Row]]:
         rows += [Row(f"syn_mh_k32_h{h}", {**small, "heads": h, "key_size": 32}),
                  Row(f"syn_fixed32_h{h}", {**small, "heads": h, "head_size": 32}),
                  Row(f"syn_th_h{h}", {**small, "heads": h, "attention": "talking_heads"})]
-    return {"synthetic_find": rows}
+    # The dense task (`mode`, docs/SYNTHETIC.md): its answer spreads the attention over
+    # the members of a query-dependent set whose pattern has rank about 16, so the key
+    # size runs from 32 (above it) through 8 to 2 (below it); two layers, since the query
+    # must first reach the answer's position. The paper's pair at fixed parameters
+    # (2 x 32 against 32 x 2), its fix (32 x 32) and talking heads at 32 heads.
+    dense = {**small, "layers": 2, "max_len": 40}
+    mode = [Row(f"mode_mh_h{h}", {**dense, "heads": h}) for h in (2, 8, 32)]
+    mode += [Row("mode_mh_k32_h32", {**dense, "heads": 32, "key_size": 32}),
+             Row("mode_th_h32", {**dense, "heads": 32, "attention": "talking_heads"})]
+    return {"synthetic_find": rows, "synthetic_mode": mode}
 
 
 # Real text at CPU scale (docs/RESULTS.md, part 2): width 64, 2 pre-LN layers, 64
@@ -206,6 +215,12 @@ PAIRS: dict[str, list[tuple[str, str]]] = {
         ("syn_mh_h32", "syn_mh_k32_h32"), ("syn_mh_h32", "syn_fixed32_h32"),
         ("syn_mh_h32", "syn_th_h32"),
         ("syn_mh_h2", "syn_mh_h8"), ("syn_mh_h2", "syn_mh_h32"),
+    ],
+    # At fixed parameters (the paper's Table 1 in miniature), each smaller key size,
+    # then the fixes at 32 heads.
+    "synthetic_mode": [
+        ("mode_mh_h2", "mode_mh_h32"), ("mode_mh_h2", "mode_mh_h8"),
+        ("mode_mh_h32", "mode_mh_k32_h32"), ("mode_mh_h32", "mode_th_h32"),
     ],
     "text_small": [
         ("txt_mh_h8", "txt_th_h8"), ("txt_mh_h8", "txt_mh_k32_h8"),

@@ -104,6 +104,19 @@ def test_unknown_model_field_is_rejected():
         ModelConfig.from_config({"hidden_size": 64, "colour": "blue"})
 
 
+def test_the_dense_task_rows_hold_the_width_and_take_the_key_size_to_2():
+    shapes = {}
+    for row in grids.GRIDS["synthetic_mode"]:
+        config = ModelConfig.from_config(model_configs.get_config(f"row={row.name}").model)
+        assert (config.hidden_size, config.num_layers, config.max_position_embeddings) == (
+            64, 2, 40)
+        shapes[row.name] = (config.num_heads, config.head_key_size, config.head_value_size)
+    assert shapes == {"mode_mh_h2": (2, 32, 32), "mode_mh_h8": (8, 8, 8),
+                      "mode_mh_h32": (32, 2, 2), "mode_mh_k32_h32": (32, 32, 2),
+                      "mode_th_h32": (32, 2, 2)}
+    assert {name for pair in grids.PAIRS["synthetic_mode"] for name in pair} == set(shapes)
+
+
 def test_synthetic_rows_take_the_key_size_from_32_down_to_2():
     key_sizes = {}
     for row in grids.GRIDS["synthetic_find"]:

@@ -69,6 +69,19 @@ def test_synthetic_study_script_runs_every_row_at_three_seeds_on_the_task(tmp_pa
     bad, _ = dry_run_study("synthetic_study.sh", out, ROWS="syn_mh_h3")
     assert bad.returncode != 0
     assert bad.stderr.strip().splitlines()[-1].startswith("error: --rows: syn_mh_h3 not in")
+    # TASK=mode: the dense task's grid, corpus and one answer per sequence
+    result, mode = dry_run_study("synthetic_study.sh", out, TASK="mode", SEEDS="0,1,2,3,4")
+    assert result.returncode == 0, result.stderr
+    assert sorted(workdirs(mode)) == sorted(
+        str(out / row.name / f"seed{seed}" / "pretrain")
+        for row in grids.GRIDS["synthetic_mode"] for seed in range(5))
+    for command in mode:
+        assert "--config.data.corpus=synthetic:mode:pairs=32:keys=16:values=8:n=100000:seed=0" \
+            in command and "--config.data.max_predictions_per_seq=1" in command
+        assert ",steps=3000,batch=128,seq_len=40," in command[3]
+    unknown, _ = dry_run_study("synthetic_study.sh", out, TASK="sort")
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == "error: TASK=sort is not one of find, mode"
     assert not out.exists()
 
 
