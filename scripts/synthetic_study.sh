@@ -27,7 +27,7 @@ case "$TASK" in
   find) CORPUS="synthetic:find:pairs=32:queries=6:n=60000:seed=0"; SEQ_LEN=48; ANSWERS=6
         BATCH=64; DEFAULT_STEPS=1000; SOLVED="eval_accuracy>=0.99" ;;
   mode) CORPUS="synthetic:mode:pairs=32:keys=16:values=8:n=100000:seed=0"; SEQ_LEN=40
-        ANSWERS=1; BATCH=128; DEFAULT_STEPS=3000; SOLVED="eval_accuracy>=0.9" ;;
+        ANSWERS=1; BATCH=128; DEFAULT_STEPS=1500; SOLVED="eval_accuracy>=0.9" ;;
   *) echo "error: TASK=$TASK is not one of find, mode" >&2; exit 1 ;;
 esac
 OUT=${1:-runs/synthetic_$TASK}

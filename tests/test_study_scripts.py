@@ -78,7 +78,7 @@ def test_synthetic_study_script_runs_every_row_at_three_seeds_on_the_task(tmp_pa
     for command in mode:
         assert "--config.data.corpus=synthetic:mode:pairs=32:keys=16:values=8:n=100000:seed=0" \
             in command and "--config.data.max_predictions_per_seq=1" in command
-        assert ",steps=3000,batch=128,seq_len=40," in command[3]
+        assert ",steps=1500,batch=128,seq_len=40," in command[3]
     unknown, _ = dry_run_study("synthetic_study.sh", out, TASK="sort")
     assert unknown.returncode == 1
     assert unknown.stderr.strip() == "error: TASK=sort is not one of find, mode"
