@@ -135,7 +135,7 @@ class SyntheticCorpus:
         if self.task == "mode":
             if self.queries != 1:
                 raise bad(f"queries={self.queries}: mode asks one query per sequence")
-            r = self.pairs // self.values
+            r = self.mode_count
             if self.pairs % 2 or self.pairs % self.values or r < 3:
                 raise bad(f"pairs={self.pairs} must be even and 3 or more times values="
                           f"{self.values} (half are members; each value is held equally often)")
@@ -272,11 +272,11 @@ class SyntheticCorpus:
         others += others >= answer[:, None]
         member_values = np.concatenate([np.repeat(answer[:, None], r, axis=1), others], axis=1)
         # The rest: what each value lacks of its R holders, so every value is held R times.
+        held = (member_values[:, :, None] == np.arange(self.values)).sum(axis=1)  # [N, V]
+        lacking = r - held  # every row sums to m - members, so one flat repeat splits evenly
+        rest_values = np.repeat(np.tile(np.arange(self.values), size), lacking.ravel())
+        rest_values = rest_values.reshape(size, m - members)
         rows = np.arange(size)[:, None]
-        held = np.zeros((size, self.values), np.int64)
-        np.add.at(held, (np.broadcast_to(rows, member_values.shape), member_values), 1)
-        lacking = r - held  # [N, V], sums to m - members on every row
-        rest_values = np.stack([np.repeat(np.arange(self.values), row) for row in lacking])
         types = np.concatenate(
             [member_types[query[:, None], rng.integers(half, size=(size, members))],
              other_types[query[:, None], rng.integers(half, size=(size, m - members))]], axis=1)
