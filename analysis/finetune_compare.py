@@ -3,14 +3,16 @@ one protocol: the same tasks, learning-rate grid, fine-tuning seeds, examples an
 epochs, each row from its own start (a Hugging Face checkpoint, a pretraining run, a
 talking-heads insertion, init=scratch).
 
-Each row is scored, per task, at its own best learning rate (the best mean dev score
-over seeds, as eval_glue.py's results.md does); the dev scores that choose it also
-report it, for every row alike. Two rows' scores are paired by fine-tuning seed: the
-same seed gives both the same classifier init draw, example order and dropout stream,
-so their difference is the start's, not the data order's. One pretrained start per
-row: the spread is fine-tuning noise only, and a verdict speaks for these starts, not
-for the architecture over pretraining seeds (init=scratch rows draw every weight per
-seed instead: their spread holds the init's noise too).
+Each row is scored, per task, on the task's main dev metric (or one named metric for
+every task, e.g. accuracy beside MRPC's F1, whose always-"paraphrase" floor is 81) at
+its own best learning rate (the best mean dev score over seeds, as eval_glue.py's
+results.md does); the dev scores that choose it also report it, for every row alike. Two
+rows' scores are paired by fine-tuning seed: the same seed gives both the same
+classifier init draw, example order and dropout stream, so their difference is the
+start's, not the data order's. One pretrained start per row: the spread is fine-tuning
+noise only, and a verdict speaks for these starts, not for the architecture over
+pretraining seeds (init=scratch rows draw every weight per seed instead: their spread
+holds the init's noise too).
 
 Tests and verdicts are analysis/stats.py's: paired t interval and p, Wilcoxon p,
 Holm's correction over every test of the table (one table, one family), "B better" /
@@ -51,8 +53,9 @@ class FineTuneRow:
     source: str  # the start, as eval_glue.py named it
     model: ModelConfig
     protocol: dict[str, Any]
-    # task -> learning rate -> fine-tuning seed -> main dev score
+    # task -> learning rate -> fine-tuning seed -> dev score (the metric's)
     scores: dict[str, dict[float, dict[int, float]]]
+    metric: str = ""  # a dev metric's name; "": each task's main one
 
     @property
     def from_scratch(self) -> bool:
@@ -76,8 +79,22 @@ class FineTuneRow:
         return flops_per_token(self.model, int(self.protocol["max_seq_length"]))
 
 
-def read_row(name: str, workdir: str) -> FineTuneRow:
-    """A fine-tuning workdir's start, protocol and every finished run's main dev score."""
+def run_score(run: results.RunResult, run_dir: str, metric: str) -> float:
+    """The run's main dev score, or the named metric's mean over its dev splits (MNLI has
+    two, as main is)."""
+    if not metric:
+        return run.main
+    missing = [split for split, values in run.dev.items() if metric not in values]
+    if missing or not run.dev:
+        have = sorted({m for values in run.dev.values() for m in values})
+        raise ValueError(f"--metric {metric}: {results.RunResult.path(run_dir)} has no dev "
+                         f"{metric} (it has {', '.join(have) or 'none'})")
+    return float(np.mean([values[metric] for values in run.dev.values()]))
+
+
+def read_row(name: str, workdir: str, metric: str = "") -> FineTuneRow:
+    """A fine-tuning workdir's start, protocol and every finished run's dev score (each
+    task's main metric, or the named one)."""
     path = os.path.join(workdir, IDENTITY)
     if not os.path.isfile(path):
         raise ValueError(f"--row {name}={workdir}: no {IDENTITY} (not an eval_glue.py or "
@@ -87,7 +104,8 @@ def read_row(name: str, workdir: str) -> FineTuneRow:
     for run_dir in sorted(glob.glob(os.path.join(workdir, "*", "lr*_seed*"))):
         run = results.RunResult.read(run_dir)
         if run is not None:  # unfinished runs have no result.json yet
-            scores.setdefault(run.task, {}).setdefault(run.learning_rate, {})[run.seed] = run.main
+            scores.setdefault(run.task, {}).setdefault(run.learning_rate, {})[run.seed] = run_score(
+                run, run_dir, metric)
     if not scores:
         raise ValueError(f"--row {name}={workdir}: no finished fine-tuning run "
                          f"(TASK/lr*_seed*/result.json)")
@@ -97,7 +115,7 @@ def read_row(name: str, workdir: str) -> FineTuneRow:
                     str(identity["init"]).replace(os.getcwd() + os.sep, ""))
     return FineTuneRow(name, workdir, source,
                        ModelConfig.from_config(identity["model"]),
-                       {k: identity.get(k) for k in PROTOCOL}, scores)
+                       {k: identity.get(k) for k in PROTOCOL}, scores, metric)
 
 
 def check_same_protocol(rows: list[FineTuneRow]) -> None:
@@ -109,7 +127,7 @@ def check_same_protocol(rows: list[FineTuneRow]) -> None:
                              f"{', '.join(changed)}; fine-tuning seeds pair only within one")
 
 
-def parse_rows(specs: list[str]) -> list[FineTuneRow]:
+def parse_rows(specs: list[str], metric: str = "") -> list[FineTuneRow]:
     rows = []
     for spec in specs:
         name, sep, workdir = spec.partition("=")
@@ -117,13 +135,17 @@ def parse_rows(specs: list[str]) -> list[FineTuneRow]:
             raise ValueError(f"--row {spec!r}: use NAME=WORKDIR")
         if name in [r.name for r in rows]:
             raise ValueError(f"--row {name}: the name is used twice")
-        rows.append(read_row(name, workdir))
+        rows.append(read_row(name, workdir, metric))
     check_same_protocol(rows)
     return rows
 
 
-def task_metric(task: str) -> Metric:
-    return Metric(f"{task} dev", "task", task)
+def task_metric(task: str, metric: str = "") -> Metric:
+    return Metric(score_label(task, metric), "task", task)
+
+
+def score_label(task: str, metric: str = "") -> str:
+    return f"{task} dev {metric}" if metric else f"{task} dev"
 
 
 def run_tests(rows: list[FineTuneRow], pairs: list[tuple[str, str]], resamples: int = 10_000,
@@ -140,7 +162,7 @@ def run_tests(rows: list[FineTuneRow], pairs: list[tuple[str, str]], resamples: 
             if len(seeds) < 2:
                 continue
             over = (f"fine-tuning seeds (lr {a.best_lr(task):g} vs {b.best_lr(task):g})")
-            done = stats.paired_test(task_metric(task), a_name, b_name, over, seeds,
+            done = stats.paired_test(task_metric(task, a.metric), a_name, b_name, over, seeds,
                                      [va[s] for s in seeds], [vb[s] for s in seeds], resamples)
             tests.append(dataclasses.replace(done, cost_a=(a.params, a.flops),
                                              cost_b=(b.params, b.flops)))
@@ -194,17 +216,19 @@ def trend_tests(rows: list[FineTuneRow], points: list[tuple[str, str, float]], l
     return found
 
 
-def trend_markdown(trends: list[tuple[str, stats.TrendTest | str]], alpha: float) -> str:
+def trend_markdown(trends: list[tuple[str, stats.TrendTest | str]], alpha: float,
+                   metric: str = "") -> str:
     lines = []
     for task, t in trends:
         if isinstance(t, str):
-            lines.append(f"Trend ({task} dev): not fitted: {t}.")
+            lines.append(f"Trend ({score_label(task, metric)}): not fitted: {t}.")
             continue
         xs = ", ".join(f"{x:g}" for x in sorted(set(t.xs)))
         lines.append(
-            f"Trend ({task} dev): {t.label} changes by {t.slope:+.2f} points per doubling of "
-            f"x (95% t interval [{t.ci[0]:+.2f}, {t.ci[1]:+.2f}], p = {t.p:.2g}; least "
-            f"squares of {len(t.diffs)} per-seed differences on log2 x, x = {xs}; one test, "
+            f"Trend ({score_label(task, metric)}): {t.label} changes by {t.slope:+.2f} points "
+            f"per doubling of x (95% t interval [{t.ci[0]:+.2f}, {t.ci[1]:+.2f}], "
+            f"p = {t.p:.2g}; least squares of {len(t.diffs)} per-seed differences on log2 x, "
+            f"x = {xs}; one test, "
             f"outside the table's Holm family; each seed's difference counts as independent, "
             f"true where every seed draws its own start, e.g. init=scratch): "
             f"{t.verdict(alpha)}.")
@@ -216,8 +240,10 @@ def rows_markdown(rows: list[FineTuneRow]) -> str:
     mean (the best one marked; † when it is at the grid's edge: the grid may not bracket
     the row's best)."""
     tasks = sorted({t for r in rows for t in r.scores})
+    metric = rows[0].metric
     header = ["row", "start", "attention", "params", "GFLOPs/token",
-              *(f"{t} dev (best lr)" for t in tasks), *(f"{t}: mean per lr" for t in tasks)]
+              *(f"{score_label(t, metric)} (best lr)" for t in tasks),
+              *(f"{t}: mean per lr" for t in tasks)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         best, grid = [], []
@@ -265,13 +291,14 @@ def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
         f"Verdict: Holm-corrected paired t p < {alpha:g} → better; the whole 95% t interval "
         "inside ±1 point → equivalent; else not settled. The bootstrap interval is shown "
         "from n = 10 only.",
-        *([trend_markdown(trends, alpha)] if trends else []),
+        *([trend_markdown(trends, alpha, rows[0].metric)] if trends else []),
     ]) + "\n"
 
 
 def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
             trends: list[tuple[str, stats.TrendTest | str]] = ()) -> str:
     return json.dumps({
+        "metric": rows[0].metric or "main",
         "rows": [{"name": r.name, "workdir": r.workdir, "source": r.source,
                   "attention": registry.get(r.model.attention).label(r.model), "params": r.params,
                   "flops_per_token": r.flops, "protocol": r.protocol,

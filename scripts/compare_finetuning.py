@@ -6,6 +6,7 @@ by fine-tuning seed with Holm's correction over the table.
       --row th_identity=runs/minilm/th_identity --pairs mh:th_identity --out DIR
   ... --trend mh_h8:th_h8@8 --trend mh_h96:th_h96@96 --trend_label "th - mh"
       # does th - mh change with the head count? (slope per doubling, one test per task)
+  ... --metric accuracy     # every task by dev accuracy (MRPC's main metric is F1)
 
 Writes DIR/table.md and DIR/table.json (each complete or not at all).
 """
@@ -31,6 +32,8 @@ def define_flags() -> None:
     flags.DEFINE_multi_string("trend", [], "A:B@X: regress the pairs' differences B - A on "
                               "log2(X) (e.g. per head count; one test per task)")
     flags.DEFINE_string("trend_label", "B - A", "the trend's difference in words")
+    flags.DEFINE_string("metric", "", "a dev metric to score every task by (e.g. accuracy "
+                        "beside MRPC's F1); default: each task's main metric")
     flags.DEFINE_string("out", None, "directory for table.md and table.json")
     flags.DEFINE_float("alpha", 0.05, "significance level (after Holm)")
     flags.mark_flag_as_required("out")
@@ -43,7 +46,7 @@ def main(argv: list[str]) -> None:
     try:
         if len(FLAGS.row) < 2:
             raise ValueError("--row: give two or more NAME=WORKDIR rows to compare")
-        rows = finetune_compare.parse_rows(FLAGS.row)
+        rows = finetune_compare.parse_rows(FLAGS.row, FLAGS.metric)
         names = [r.name for r in rows]
         pairs = (stats.parse_pairs(FLAGS.pairs, set(names)) if FLAGS.pairs
                  else [(names[0], name) for name in names[1:]])

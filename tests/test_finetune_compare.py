@@ -167,3 +167,48 @@ def test_the_table_says_what_a_scratch_rows_spread_holds(tmp_path):
         both, [], 0.05)
     assert "One start per row, so the spread is fine-tuning noise only." in (
         finetune_compare.render(both[:1], [], 0.05))
+
+
+def test_metric_scores_every_run_by_that_dev_metric_mean_over_splits(tmp_path):
+    """--metric accuracy: MRPC's runs scored by accuracy (its main metric is F1, whose
+    always-"paraphrase" floor is 81), the best learning rate chosen by it too; a metric a
+    run lacks is one error naming its result.json."""
+    def workdir(path, runs, task="MRPC"):
+        write_workdir(path, {})
+        for lr, per_seed in runs.items():
+            for seed, dev in enumerate(per_seed):
+                run_dir = os.path.join(path, task, results.glue_run_name(lr, seed))
+                os.makedirs(run_dir)
+                main = np.mean([v["f1"] for v in dev.values()])
+                results.RunResult(task, lr, seed, 10, dev, main, 0.1).write(run_dir)
+        return str(path)
+
+    def mrpc(f1, accuracy):
+        return {"dev": {"f1": f1, "accuracy": accuracy}}
+
+    # Near the floor at 5e-5 (high F1, low accuracy), learning at 2e-4.
+    a = workdir(tmp_path / "a", {5e-5: [mrpc(82.0, 70.0), mrpc(81.5, 69.0), mrpc(81.9, 70.5)],
+                                 2e-4: [mrpc(80.0, 75.0), mrpc(81.0, 76.0), mrpc(80.5, 77.0)]})
+    b = workdir(tmp_path / "b", {5e-5: [mrpc(81.0, 68.0), mrpc(81.2, 68.5), mrpc(81.1, 68.2)],
+                                 2e-4: [mrpc(84.0, 79.0), mrpc(85.0, 80.5), mrpc(84.5, 80.0)]})
+    by_f1 = finetune_compare.parse_rows([f"a={a}", f"b={b}"])
+    assert by_f1[0].best_lr("MRPC") == 5e-5 and by_f1[0].metric == ""
+    by_accuracy = finetune_compare.parse_rows([f"a={a}", f"b={b}"], "accuracy")
+    assert [r.best_lr("MRPC") for r in by_accuracy] == [2e-4, 2e-4]
+    assert by_accuracy[0].at_best("MRPC") == {0: 75.0, 1: 76.0, 2: 77.0}
+    test, = finetune_compare.run_tests(by_accuracy, [("a", "b")])
+    assert test.diff == pytest.approx(np.mean([4.0, 4.5, 3.0]))
+    assert test.metric.name == "MRPC dev accuracy"
+    text = finetune_compare.render(by_accuracy, [test], 0.05)
+    assert "| MRPC dev accuracy (best lr) |" in text
+    saved = json.loads(finetune_compare.to_json(by_accuracy, [test], 0.05))
+    assert saved["metric"] == "accuracy"
+    # MNLI-style runs with two dev splits: the metric's mean over both.
+    m = workdir(tmp_path / "m", {1e-4: [{"m": {"f1": 1.0, "accuracy": 80.0},
+                                         "mm": {"f1": 1.0, "accuracy": 82.0}}] * 2},
+                task="MNLI")
+    assert finetune_compare.read_row("m", m, "accuracy").scores["MNLI"][1e-4] == {
+        0: 81.0, 1: 81.0}
+    with pytest.raises(ValueError, match=r"--metric mcc: .*MRPC/lr[^/]*_seed0/result.json has "
+                                         r"no dev mcc \(it has accuracy, f1\)"):
+        finetune_compare.parse_rows([f"a={a}"], "mcc")
