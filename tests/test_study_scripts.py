@@ -128,7 +128,11 @@ def test_minilm_study_script_runs_three_starts_on_one_grid(tmp_path):
     inits = [[a for a in x if a.startswith("--config.insert_th_init=")] for x in glue[:3]]
     assert inits == [[], ["--config.insert_th_init=identity"],
                      ["--config.insert_th_init=fan_in"]]
-    assert "scripts/compare_finetuning.py" in lines[-1]
+    tables = [x for x in lines if "scripts/compare_finetuning.py" in x]
+    assert lines[-2:] == tables  # after every fine-tuning run
+    assert [x[x.index("--out") + 1] for x in tables] == [
+        str(tmp_path / "tables"), str(tmp_path / "tables" / "accuracy")]
+    assert "--metric" not in tables[0] and tables[1][tables[1].index("--metric") + 1] == "accuracy"
     assert not (tmp_path / "out").exists()
     # Split over two processes: a part runs its variants and writes no table.
     part = subprocess.run(["bash", "scripts/minilm_study.sh", str(tmp_path / "out")], cwd=REPO,
