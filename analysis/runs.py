@@ -139,6 +139,7 @@ def add_model_stats(result: RowResult, manifest: SweepManifest | None,
             model = ModelConfig.from_config(built.model)
             model = model.replace(vocab_size=built.data.vocab_size)
             seq_len = built.data.max_seq_length
+        model = as_fine_tuned(model, result.row, manifest)
     except (ValueError, KeyError, TypeError):  # a row folder without a usable config
         return
     result.model, result.seq_len = model, seq_len
@@ -147,6 +148,19 @@ def add_model_stats(result: RowResult, manifest: SweepManifest | None,
         result.params_paper_vocab = (result.params
                                      + (PAPER_VOCAB - model.vocab_size) * model.hidden_size)
     result.flops = sweep_grids.flops_per_token(model, seq_len)
+
+
+def as_fine_tuned(model: Any, row: Any, manifest: SweepManifest | None) -> Any:
+    """The model a row fine-tunes: its checkpoint's, or with talking heads inserted
+    (insert_th), which costs more parameters and FLOPs than the checkpoint."""
+    from configs import glue as glue_configs
+    from training.finetune import talking_heads_inserted_config
+
+    glue = glue_configs.get_config(
+        sweep_grids.glue_arg(row, manifest.glue_args if manifest else ""))
+    if not glue.insert_talking_heads:
+        return model
+    return talking_heads_inserted_config(model, row.name, glue.insert_th_init)
 
 
 SWEEP_LAYOUT = ("tables.py reads a sweep's OUT: OUT/ROW/pretrain/ and OUT/ROW/glue/TASK/ "

@@ -212,7 +212,7 @@ def test_a_grid_that_declares_its_pairs_is_tested_on_those(tmp_path):
     several fine-tuning learning rates get a score-vs-lr plot."""
     out = tmp_path / "sweep"
     rows = {"txt_mh_h8": 80.0, "txt_th_h8": 79.0, "cls_mh_scratch": 60.0,
-            "cls_th_scratch": 58.0, "cls_mh_lr0.001": 82.0}
+            "cls_th_scratch": 58.0, "cls_mh_lr0.001": 82.0, "cls_mh_insert_th": 79.5}
     for i, (row, score) in enumerate(rows.items()):
         lr = 1e-3 if row.endswith("lr0.001") else 3e-4
         for seed in (0, 1):
@@ -227,8 +227,16 @@ def test_a_grid_that_declares_its_pairs_is_tested_on_those(tmp_path):
     assert (tmp_path / "plots" / "score_vs_finetuning_lr.png").read_bytes()[:4] == b"\x89PNG"
     assert not (tmp_path / "plots" / "score_vs_heads.png").exists()  # 8 heads only
     pairs = {(t["a"], t["b"]) for t in read_csv(out / "significance.csv")}
-    assert pairs == {("txt_mh_h8", "txt_th_h8"), ("cls_mh_scratch", "cls_th_scratch")}
+    assert pairs == {("txt_mh_h8", "txt_th_h8"), ("cls_mh_scratch", "cls_th_scratch"),
+                     ("txt_mh_h8", "cls_mh_insert_th"), ("txt_th_h8", "cls_mh_insert_th")}
     table = {r["row"]: r for r in read_csv(out / "table.csv")}
+    # Talking heads inserted into the multi-head checkpoint: the fine-tuned model is talking
+    # heads, and costs what talking heads cost (not what its checkpoint did).
+    for key in ("attention", "params", "gflops_per_token"):
+        assert table["cls_mh_insert_th"][key] == table["txt_th_h8"][key], key
+    cost = {(t["a"], t["b"]): t for t in read_csv(out / "significance.csv")}
+    inserted = cost[("txt_mh_h8", "cls_mh_insert_th")]
+    assert float(inserted["flops_per_token_b"]) > float(inserted["flops_per_token_a"])
     assert table["txt_mh_h8"]["MLM loss mean"] == "3.0"
     # Fine-tuned from scratch: the checkpoint's MLM loss is not the row's.
     assert table["cls_mh_scratch"]["MLM loss mean"] == ""

@@ -125,18 +125,10 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
     return Pretrained(model_config, bert, tokenizer, source)
 
 
-def with_talking_heads_inserted(model_config: ModelConfig, bert: dict[str, Any], source: str,
-                                init: str = "identity") -> tuple[ModelConfig, dict[str, Any]]:
-    """A multi-head encoder as talking heads: P_l and P_w added to every layer.
-
-    init=identity: P_l = P_w = I, which changes neither the logits nor the weights, so
-    the new model computes exactly the checkpoint's function (tests/test_eval_glue.py
-    checks it); fine-tuning then moves the mixing away from I where that helps.
-    fan_in (or truncated_fan_in): the mixing is left out of the returned params, so each
-    fine-tuning run draws it with the rest of its fresh weights (the classifier), from
-    its own seed. Either way this is the "swap the layer into a trained model" route a
-    user takes, as opposed to pretraining talking heads.
-    """
+def talking_heads_inserted_config(model_config: ModelConfig, source: str,
+                                  init: str = "identity") -> ModelConfig:
+    """The architecture insert_talking_heads fine-tunes: the multi-head checkpoint's, as
+    talking heads (what a table costs such a row at, not its checkpoint's)."""
     if init not in TH_CHOICES["init"]:  # the talking-heads layer's own inits
         raise ValueError(f"insert_th_init={init!r} is unknown; choose one of "
                          f"{', '.join(TH_CHOICES['init'])}")
@@ -149,7 +141,22 @@ def with_talking_heads_inserted(model_config: ModelConfig, bert: dict[str, Any],
     current = model_config.talking_heads
     execution = registry.variant("talking_heads").execution_fields
     settings = type(current)(init=init, **{name: getattr(current, name) for name in execution})
-    model_config = model_config.replace(attention="talking_heads", talking_heads=settings)
+    return model_config.replace(attention="talking_heads", talking_heads=settings)
+
+
+def with_talking_heads_inserted(model_config: ModelConfig, bert: dict[str, Any], source: str,
+                                init: str = "identity") -> tuple[ModelConfig, dict[str, Any]]:
+    """A multi-head encoder as talking heads: P_l and P_w added to every layer.
+
+    init=identity: P_l = P_w = I, which changes neither the logits nor the weights, so
+    the new model computes exactly the checkpoint's function (tests/test_eval_glue.py
+    checks it); fine-tuning then moves the mixing away from I where that helps.
+    fan_in (or truncated_fan_in): the mixing is left out of the returned params, so each
+    fine-tuning run draws it with the rest of its fresh weights (the classifier), from
+    its own seed. Either way this is the "swap the layer into a trained model" route a
+    user takes, as opposed to pretraining talking heads.
+    """
+    model_config = talking_heads_inserted_config(model_config, source, init)
     if init != "identity":
         return model_config, bert
     eye = np.eye(model_config.num_heads, dtype=np.float32)
