@@ -84,8 +84,7 @@ def run_score(run: results.RunResult, run_dir: str, metric: str) -> float:
     two, as main is)."""
     if not metric:
         return run.main
-    missing = [split for split, values in run.dev.items() if metric not in values]
-    if missing or not run.dev:
+    if not run.dev or any(metric not in values for values in run.dev.values()):
         have = sorted({m for values in run.dev.values() for m in values})
         raise ValueError(f"--metric {metric}: {results.RunResult.path(run_dir)} has no dev "
                          f"{metric} (it has {', '.join(have) or 'none'})")
