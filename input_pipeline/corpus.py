@@ -55,6 +55,7 @@ from input_pipeline.textfiles import (
 )
 
 __all__ = [
+    "CONTENT_IDENTITY",
     "DEFAULT_CHUNK_CHARS", "DEFAULT_MAX_LINE_CHARS", "READER_VERSION", "Corpus", "Document",
     "HubDataset", "StdlibDocstrings", "TextChunk", "TextFiles", "dataset_chunks",
     "docstring_document", "documents_from_dataset", "expand_paths", "iter_sentences",
@@ -90,6 +91,24 @@ class Corpus(Protocol):
 def _identity(*parts: Any) -> str:
     blob = json.dumps([READER_VERSION, *parts], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+# Identities of local files start with this; older ones (plain hex) hashed the files'
+# sizes and times instead of their bytes (kept as legacy_identity() for the resume check
+# of checkpoints made before).
+CONTENT_IDENTITY = "content:"
+
+
+def _content_identity(*parts: Any) -> str:
+    return CONTENT_IDENTITY + _identity(*parts)
+
+
+def _file_digest(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError as e:  # as the reader says it (the identity reads first)
+        raise CorpusError(f"corpus: cannot read {path}: {e.strerror or e}") from e
 
 
 def _finish(sink: DocumentSink, where: str, chunk_chars: int) -> Iterator[TextChunk]:
@@ -129,7 +148,18 @@ class TextFiles:
         return expand_paths(self.paths)
 
     def identity(self) -> str:
-        """Paths, sizes and mtimes: cheap, and changes whenever a file is rewritten."""
+        """The files' bytes in reading order, not their names or times: a copy on another
+        disk or in another directory is the same corpus (its cache and its runs' resumes
+        hold), a file edited in place with its size and time kept is not. Hashing reads
+        every byte once per start: about 0.1 s for 35 MB on one core."""
+        extra = [] if check_encoding(self.encoding) == "utf-8" else [check_encoding(
+            self.encoding)]
+        digests = [_file_digest(f) for f in self.files]
+        return _content_identity("files", digests, self.max_chars, self.max_line_chars,
+                                 *extra)
+
+    def legacy_identity(self) -> str:
+        """The identity checkpoints saved before content hashing: paths, sizes, times."""
         stats = []
         for f in self.files:
             st = f.stat()
@@ -343,6 +373,14 @@ class StdlibDocstrings:
         return f"stdlib docstrings ({self.root or sysconfig.get_paths()['stdlib']})"
 
     def identity(self) -> str:
+        """The files' names under the root and their bytes (the names order them), as
+        TextFiles.identity: a reinstalled, unchanged Python is the same corpus."""
+        root = self.root or sysconfig.get_paths()["stdlib"]
+        digests = [[str(f.relative_to(root)), _file_digest(f)] for f in stdlib_files(root)]
+        return _content_identity("stdlib", digests, self.max_chars)
+
+    def legacy_identity(self) -> str:
+        """The identity checkpoints saved before content hashing: paths, sizes, times."""
         root = self.root or sysconfig.get_paths()["stdlib"]
         stats = [[str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns]
                  for f in stdlib_files(root)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import struct
 from collections import Counter
 from pathlib import Path
@@ -364,3 +365,42 @@ def test_a_corpus_in_another_encoding_reads_with_data_encoding(tmp_path):
         spec, encoding="latin-1").identity()  # one codec, two names
     with pytest.raises(ip.CorpusError, match="data.encoding='klingon' is not a text encoding"):
         ip.parse_corpus_spec(spec, encoding="klingon").documents()
+
+
+def test_the_corpus_identity_follows_the_bytes_not_the_file_times_or_place(tmp_path):
+    """A corpus copied to another disk or session (new times, another directory) is the
+    same text, so its cache and its runs' resumes still hold; a file edited in place with
+    its size and time kept is another text, and the identity must change (it decides the
+    cache key and the resume check)."""
+    first = tmp_path / "a" / "corpus"
+    first.mkdir(parents=True)
+    for name in ("one.txt", "two.txt"):
+        (first / name).write_text("\n".join(sentence_lines(50, seed=len(name))) + "\n")
+    identity = ip.parse_corpus_spec(str(first)).identity()
+
+    copy = tmp_path / "b" / "corpus"
+    copy.mkdir(parents=True)
+    for name in ("one.txt", "two.txt"):
+        (copy / name).write_bytes((first / name).read_bytes())
+        os.utime(copy / name, ns=(1, 10**18))  # another time than the original's
+    assert ip.parse_corpus_spec(str(copy)).identity() == identity
+
+    edited = first / "one.txt"
+    stat = edited.stat()
+    text = edited.read_bytes()
+    edited.write_bytes(text.replace(b"Line 1.", b"Line 7.", 1))  # same size
+    os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert edited.stat().st_size == stat.st_size
+    assert ip.parse_corpus_spec(str(first)).identity() != identity
+
+
+def test_the_stdlib_corpus_identity_follows_the_bytes(tmp_path):
+    root = tmp_path / "lib"
+    root.mkdir()
+    (root / "mod.py").write_text('"""A module docstring that says something."""\n')
+    identity = ip.StdlibDocstrings(root=str(root)).identity()
+    os.utime(root / "mod.py", ns=(1, 10**18))
+    assert ip.StdlibDocstrings(root=str(root)).identity() == identity
+    (root / "mod.py").write_text('"""A module docstring that says somethinG."""\n')
+    os.utime(root / "mod.py", ns=(1, 10**18))
+    assert ip.StdlibDocstrings(root=str(root)).identity() != identity

@@ -132,6 +132,21 @@ def test_a_rerun_with_nothing_to_train_changes_nothing(finished, tmp_path):
         assert final == json.load(f)
 
 
+def test_a_run_resumes_on_a_copy_of_its_corpus_elsewhere_with_new_file_times(finished,
+                                                                            tmp_path):
+    """The corpus moved to another disk or session (a fresh mount, a copy without -t) is
+    the same text: the run is not refused as trained on another corpus."""
+    corpus, cache, _ = finished
+    workdir = copy_run(finished, tmp_path)
+    before = snapshot(workdir)
+    moved = tmp_path / "elsewhere" / "corpus.txt"
+    moved.parent.mkdir()
+    moved.write_bytes(open(corpus, "rb").read())
+    os.utime(moved, ns=(1, 10**18))
+    train_and_evaluate(tiny_run_config(str(moved), cache, steps=STEPS), workdir)
+    assert snapshot(workdir) == before
+
+
 def test_no_eval_split_reports_no_eval_metrics(tmp_path):
     corpus, cache = write_run_corpus(str(tmp_path)), str(tmp_path / "cache")
     workdir = str(tmp_path / "run")

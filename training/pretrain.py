@@ -44,6 +44,7 @@ from training.pretrain_loop import (  # noqa: F401  (TrainingError, train_scalar
     train_scalars,
 )
 from training.resume import (  # noqa: F401  (importable from here, as before)
+    UNSAVED_IDENTITY_FIELDS,
     check_same_architecture,
     check_same_data,
     check_schedule,
@@ -298,7 +299,7 @@ class Run:
     def checkpoint_config(self) -> dict[str, Any]:
         """The checkpoint carries what its token ids mean, for the next resume to check."""
         return {**self.run_config, "data_identity": {
-            k: v for k, v in self.identity.items() if k != "tokenizer_dir"}}
+            k: v for k, v in self.identity.items() if k not in UNSAVED_IDENTITY_FIELDS}}
 
 
 def restore_or_init(run: Run) -> tuple[Any, dict[str, Any] | None, int]:

@@ -53,18 +53,26 @@ def check_same_architecture(saved: dict[str, Any], current: ModelConfig, path: s
 
 def data_identity(data_config: ml_collections.ConfigDict, tokenizer_dir: str | None
                   ) -> dict[str, str]:
-    """What the token ids of a run mean: the corpus and the tokenizer (cheap to compute:
-    file sizes and times, or a hub dataset's fingerprint, and the vocabulary's hash)."""
+    """What the token ids of a run mean: the corpus and the tokenizer (the local files'
+    bytes or a hub dataset's fingerprint, and the vocabulary's hash). Local files also
+    give the identity their checkpoints saved before content hashing (sizes and times),
+    which check_same_data accepts from such a checkpoint; it is never saved."""
     source = input_pipeline.corpus.parse_corpus_spec(
         data_config.corpus, max_chars=data_config.max_corpus_chars,
         text_column=data_config.text_column,
         encoding=data_config.get("encoding", input_pipeline.textfiles.DEFAULT_ENCODING))
     identity = {"corpus": source.describe(), "corpus_identity": source.identity()}
+    if hasattr(source, "legacy_identity"):
+        identity[LEGACY_CORPUS_IDENTITY] = source.legacy_identity()
     if tokenizer_dir is not None:
         tokenizer = input_pipeline.load_tokenizer(tokenizer_dir)
         identity["tokenizer_hash"] = input_pipeline.tokenizer.tokenizer_hash(tokenizer)
     return identity
 
+
+LEGACY_CORPUS_IDENTITY = "corpus_legacy_identity"
+# What data_identity computes but a checkpoint does not keep.
+UNSAVED_IDENTITY_FIELDS = ("tokenizer_dir", LEGACY_CORPUS_IDENTITY)
 
 # config.data fields that decide which token ids the text becomes.
 TOKEN_ID_FIELDS = ("tokenizer", "vocab_size", "lowercase", "tokenizer_sample")
@@ -84,11 +92,16 @@ def check_same_data(saved: dict[str, Any], identity: dict[str, str],
     if saved_identity is None:
         metrics.console(f"warning: {path} predates data identity checks; resuming unchecked")
         return
-    if saved_identity.get("corpus_identity") != identity["corpus_identity"]:
+    saved_corpus = saved_identity.get("corpus_identity")
+    if saved_corpus not in (identity["corpus_identity"], identity.get(LEGACY_CORPUS_IDENTITY)):
+        # A checkpoint from before content hashing knows its files' sizes and times only.
+        by_times = ("" if str(saved_corpus).startswith(input_pipeline.corpus.CONTENT_IDENTITY)
+                    else " (this checkpoint predates content checks: it knows the files' "
+                         "sizes and times, so a copy with new times differs too)")
         raise TrainingError(
             f"{path} was trained on another corpus ({saved_identity.get('corpus')}, as it was "
-            f"then) than data.corpus={identity['corpus']} is now; resume with the same "
-            f"unchanged corpus or use a new --workdir")
+            f"then) than data.corpus={identity['corpus']} is now{by_times}; resume with the "
+            f"same unchanged corpus or use a new --workdir")
     if saved_identity.get("tokenizer_hash") != identity.get("tokenizer_hash"):
         raise TrainingError(
             f"{path} was trained with another tokenizer than {identity.get('tokenizer_dir')}; "

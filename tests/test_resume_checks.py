@@ -1,0 +1,59 @@
+"""The resume check on the corpus without a run: a checkpoint from before content
+hashing (its corpus identity hashed the files' sizes and times) still resumes on its
+unchanged corpus, and is refused, saying why, when those changed."""
+
+from __future__ import annotations
+
+import os
+
+import ml_collections
+import pytest
+
+from input_pipeline.corpus import CONTENT_IDENTITY, TextFiles
+from training.pretrain_loop import TrainingError
+from training.resume import LEGACY_CORPUS_IDENTITY, check_same_data, data_identity
+
+
+def data_config(corpus: str) -> ml_collections.ConfigDict:
+    from configs import pretrain
+
+    config = pretrain.get_config("size=micro").data
+    config.corpus = corpus
+    return config
+
+
+@pytest.fixture()
+def corpus(tmp_path) -> str:
+    path = tmp_path / "corpus.txt"
+    path.write_text("The cat sat on the mat.\\nThe dog lay by the door.\\n" * 20)
+    return str(path)
+
+
+def saved_with(corpus_identity: str) -> dict:
+    return {"data_identity": {"corpus": "c", "corpus_identity": corpus_identity}}
+
+
+def test_a_checkpoint_from_before_content_hashing_resumes_on_its_unchanged_corpus(corpus):
+    identity = data_identity(data_config(corpus), None)
+    legacy = TextFiles((corpus,)).legacy_identity()
+    assert identity[LEGACY_CORPUS_IDENTITY] == legacy
+    assert identity["corpus_identity"].startswith(CONTENT_IDENTITY)
+    check_same_data(saved_with(legacy), identity, data_config(corpus), "run")
+
+
+def test_a_checkpoint_from_before_content_hashing_is_refused_once_the_times_change(corpus):
+    legacy = TextFiles((corpus,)).legacy_identity()
+    os.utime(corpus, ns=(1, 10**18))
+    identity = data_identity(data_config(corpus), None)
+    with pytest.raises(TrainingError, match="another corpus .*predates content checks"):
+        check_same_data(saved_with(legacy), identity, data_config(corpus), "run")
+
+
+def test_a_content_identity_that_differs_is_refused_without_the_legacy_hint(corpus, tmp_path):
+    identity = data_identity(data_config(corpus), None)
+    other = tmp_path / "other.txt"
+    other.write_text("Quite another text.\\n" * 20)
+    with pytest.raises(TrainingError, match="another corpus") as refused:
+        check_same_data(saved_with(data_identity(data_config(str(other)), None)
+                                   ["corpus_identity"]), identity, data_config(corpus), "run")
+    assert "predates" not in str(refused.value)
