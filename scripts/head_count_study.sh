@@ -66,13 +66,19 @@ ROWS=()
 PAIRS=()
 TREND=()
 for heads in ${HEADS//,/ }; do
-  # train.py resumes (or leaves) a finished workdir as it is.
-  "${RUN[@]}" "$PYTHON" train.py \
-      --config "configs/pretrain.py:$MODEL,heads=$heads,steps=$STEPS,batch=64,seq_len=64,lr=1e-3,preds=10" \
-      --config.data.corpus="$CORPUS" --config.data.cache_dir="$OUT/data_cache" \
-      --config.data.eval_fraction=0.05 --config.optimizer.warmup_steps=$(( STEPS / 10 )) \
-      --config.eval_every_steps="$STEPS" --config.checkpoint_every_steps="$STEPS" \
-      --config.eval_batches=16 --workdir "$OUT/pretrain_h$heads"
+  # A finished pretraining is not opened again (no corpus check, no compile); train.py
+  # resumes an unfinished one.
+  if [[ -z "${DRY_RUN:-}" ]] && "$PYTHON" -m training.results --is_finished \
+      "$OUT/pretrain_h$heads" --steps "$STEPS"; then
+    echo "$OUT/pretrain_h$heads: finished ($STEPS steps), skipped"
+  else
+    "${RUN[@]}" "$PYTHON" train.py \
+        --config "configs/pretrain.py:$MODEL,heads=$heads,steps=$STEPS,batch=64,seq_len=64,lr=1e-3,preds=10" \
+        --config.data.corpus="$CORPUS" --config.data.cache_dir="$OUT/data_cache" \
+        --config.data.eval_fraction=0.05 --config.optimizer.warmup_steps=$(( STEPS / 10 )) \
+        --config.eval_every_steps="$STEPS" --config.checkpoint_every_steps="$STEPS" \
+        --config.eval_batches=16 --workdir "$OUT/pretrain_h$heads"
+  fi
   for name in ${VARIANTS//,/ }; do
     # shellcheck disable=SC2086  # the variant's flags are words
     "${RUN[@]}" "$PYTHON" eval_glue.py \

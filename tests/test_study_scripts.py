@@ -245,3 +245,27 @@ def test_head_count_study_runs_three_variants_per_head_count_on_one_grid(tmp_pat
     assert bad.returncode == 1
     assert bad.stderr.strip() == "error: INIT=warm: choose scratch or pretrained"
     assert not out.exists()
+
+
+def test_head_count_study_does_not_reopen_a_finished_pretraining(tmp_path):
+    """A rerun skips train.py where training.results says the pretraining is finished
+    (one that would otherwise be reopened: its corpus checked, its step compiled) and runs
+    it where not. PYTHON is a stand-in that logs its arguments and answers "finished"
+    only for pretrain_h8."""
+    calls = tmp_path / "calls.log"
+    stand_in = tmp_path / "python"
+    stand_in.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {shlex.quote(str(calls))}\n'
+        'if [[ "$*" == *"--is_finished"* && "$*" != *pretrain_h8* ]]; then exit 1; fi\n')
+    stand_in.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(stand_in), HEADS="8,96", INIT="pretrained")
+    env.pop("DRY_RUN", None)
+    out = tmp_path / "out"
+    result = subprocess.run(["bash", "scripts/head_count_study.sh", str(out),
+                             str(tmp_path / "tables")], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert f"{out}/pretrain_h8: finished (1000 steps), skipped" in result.stdout
+    trained = [x for x in calls.read_text().splitlines() if x.startswith("train.py")]
+    assert len(trained) == 1 and f"--workdir {out}/pretrain_h96" in trained[0]
