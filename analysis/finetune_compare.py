@@ -195,9 +195,15 @@ def trend_tests(rows: list[FineTuneRow], points: list[tuple[str, str, float]], l
                 ) -> list[tuple[str, stats.TrendTest | str]]:
     """Per task: B - A of every point at the rows' best learning rates, paired by
     fine-tuning seed, regressed on log2(X) (stats.difference_trend); a task it cannot be
-    fitted for gets the reason instead (the pairs' table is written either way)."""
+    fitted for gets the reason instead (the pairs' table is written either way).
+
+    Rows from scratch draw their start per seed, so each seed's difference is an
+    independent sample. A row fine-tuned from a checkpoint shares that one draw across
+    its seeds: the differences at one x then carry a common offset, and the sample is
+    their mean per x (n = the number of x)."""
     by_name = {r.name: r for r in rows}
     names = [n for a, b, _ in points for n in (a, b)]
+    shared_start = any(not by_name[n].from_scratch for n in names)
     found: list[tuple[str, stats.TrendTest | str]] = []
     for task in sorted({t for n in names for t in by_name[n].scores}):
         missing = [n for n in dict.fromkeys(names) if task not in by_name[n].scores]
@@ -208,11 +214,24 @@ def trend_tests(rows: list[FineTuneRow], points: list[tuple[str, str, float]], l
         for a, b, x in points:
             va, vb = by_name[a].at_best(task), by_name[b].at_best(task)
             diffs.append((x, [vb[s] - va[s] for s in sorted(set(va) & set(vb))]))
+        unit = "per-seed differences"
+        if shared_start:
+            diffs = [(x, [float(np.mean(d))] if d else []) for x, d in diffs]
+            unit = "means per x"
         try:
-            found.append((task, stats.difference_trend(label, diffs)))
+            found.append((task, stats.difference_trend(label, diffs, unit)))
         except ValueError as error:
             found.append((task, str(error)))
     return found
+
+
+# Why the trend's samples are independent, by unit.
+TREND_UNITS = {
+    "per-seed differences": "each seed's difference counts as independent: every seed "
+                            "draws its own start (init=scratch)",
+    "means per x": "the mean difference per x: the rows at one x share one start, so its "
+                   "seeds are not independent draws of it",
+}
 
 
 def trend_markdown(trends: list[tuple[str, stats.TrendTest | str]], alpha: float,
@@ -226,11 +245,9 @@ def trend_markdown(trends: list[tuple[str, stats.TrendTest | str]], alpha: float
         lines.append(
             f"Trend ({score_label(task, metric)}): {t.label} changes by {t.slope:+.2f} points "
             f"per doubling of x (95% t interval [{t.ci[0]:+.2f}, {t.ci[1]:+.2f}], "
-            f"p = {t.p:.2g}; least squares of {len(t.diffs)} per-seed differences on log2 x, "
-            f"x = {xs}; one test, "
-            f"outside the table's Holm family; each seed's difference counts as independent, "
-            f"true where every seed draws its own start, e.g. init=scratch): "
-            f"{t.verdict(alpha)}.")
+            f"p = {t.p:.2g}; least squares of {len(t.diffs)} {t.unit} on log2 x, "
+            f"x = {xs}; one test, outside the table's Holm family; "
+            f"{TREND_UNITS.get(t.unit, '')}): {t.verdict(alpha)}.")
     return "\n\n".join(lines)
 
 

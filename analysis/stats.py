@@ -165,15 +165,17 @@ def paired_test(metric: Metric, a: str, b: str, over: str, seeds: list[Any],
 class TrendTest:
     """Does a paired difference B - A change with a setting x (e.g. the head count)?
     Ordinary least squares of every per-seed difference on log2(x): the slope is the
-    change of B - A per doubling of x. Pairs at different x are different models, so
-    their differences are independent samples; one test, reported outside the
-    table's Holm family (it asks another question than any pair)."""
+    change of B - A per doubling of x. The differences must be independent samples:
+    per seed where every seed draws its own start, the mean per x where the seeds at
+    one x share a start (`unit` says which). One test, reported outside the table's
+    Holm family (it asks another question than any pair)."""
     label: str  # "B - A" in words
     xs: tuple[float, ...]  # x of each difference
     diffs: tuple[float, ...]
     slope: float  # per doubling of x
     ci: tuple[float, float]  # 95% t interval of the slope (n - 2 degrees of freedom)
     p: float  # two-sided, slope = 0
+    unit: str = "per-seed differences"
 
     def verdict(self, alpha: float) -> str:
         if self.p < alpha:
@@ -181,9 +183,10 @@ class TrendTest:
         return "not settled"
 
 
-def difference_trend(label: str, points: list[tuple[float, list[float]]]) -> TrendTest:
-    """points: (x, the per-seed differences B - A at x); at least two x and three
-    differences."""
+def difference_trend(label: str, points: list[tuple[float, list[float]]],
+                     unit: str = "per-seed differences") -> TrendTest:
+    """points: (x, the differences B - A at x, independent samples); at least two x and
+    three differences."""
     xs = [float(x) for x, diffs in points for _ in diffs]
     ds = [float(d) for _, diffs in points for d in diffs]
     if len(set(xs)) < 2 or len(ds) < 3:
@@ -194,7 +197,8 @@ def difference_trend(label: str, points: list[tuple[float, list[float]]]) -> Tre
     fit = scipy.stats.linregress(np.log2(xs), ds)
     half = float(scipy.stats.t.ppf(0.975, len(ds) - 2) * fit.stderr)
     return TrendTest(label, tuple(xs), tuple(ds), float(fit.slope),
-                     (float(fit.slope - half), float(fit.slope + half)), float(fit.pvalue))
+                     (float(fit.slope - half), float(fit.slope + half)), float(fit.pvalue),
+                     unit)
 
 
 def default_pairs(results: list[RowResult], baseline: str | None) -> list[tuple[str, str]]:

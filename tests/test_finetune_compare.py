@@ -117,15 +117,18 @@ def test_difference_trend_is_least_squares_on_log2_x():
 
 def test_trend_over_head_counts_pairs_each_count_at_its_best_rate(tmp_path):
     """--trend A:B@X: each pair's per-seed differences at the rows' best learning rates,
-    regressed on log2(X); in the table as one test outside the Holm family."""
+    regressed on log2(X) (rows from scratch: every seed draws its own start); in the
+    table as one test outside the Holm family."""
     rows, trend_points, expected = [], [], []
     for heads, gap in ((8, 0.0), (48, -2.0), (96, -4.0)):
         model = MODEL.replace(num_heads=heads, hidden_size=96)
         base = [80.0, 81.0, 82.0]
-        mh = write_workdir(tmp_path / f"mh{heads}", {1e-3: base, 1e-4: [60.0] * 3}, model=model)
+        scratch = f"{results.SCRATCH_START}runs/h{heads}@1"
+        mh = write_workdir(tmp_path / f"mh{heads}", {1e-3: base, 1e-4: [60.0] * 3}, model=model,
+                           init=scratch)
         th_best = [b + gap + noise for b, noise in zip(base, (0.3, -0.2, 0.1), strict=True)]
         th = write_workdir(tmp_path / f"th{heads}", {1e-3: [50.0] * 3, 1e-4: th_best},
-                           model=model.replace(attention="talking_heads"))
+                           model=model.replace(attention="talking_heads"), init=scratch)
         rows += [f"mh_h{heads}={mh}", f"th_h{heads}={th}"]
         trend_points.append(f"mh_h{heads}:th_h{heads}@{heads}")
         expected.append((heads, list(np.subtract(th_best, base))))
@@ -154,6 +157,39 @@ def test_trend_over_head_counts_pairs_each_count_at_its_best_rate(tmp_path):
         finetune_compare.parse_trend(["mh_h8:th_h8"], {r.name for r in parsed})
     with pytest.raises(ValueError, match="--trend 'mh_h8:th_h9@8': A and B must be two rows"):
         finetune_compare.parse_trend(["mh_h8:th_h9@8"], {r.name for r in parsed})
+
+
+def test_a_trend_over_rows_from_one_checkpoint_each_regresses_the_means_per_x(tmp_path):
+    """Rows fine-tuned from one pretrained checkpoint per x: the seeds at one x share that
+    checkpoint (one draw of the pretraining), so its differences are not independent
+    samples; the unit is the mean difference per x (n = number of x, n - 2 degrees of
+    freedom), as a regression on the per-seed values would overstate the evidence."""
+    from analysis import stats
+
+    rows, trend_points, means = [], [], []
+    for heads, offset in ((8, 1.5), (48, -1.0), (64, 0.5), (96, -0.5)):
+        model = MODEL.replace(num_heads=heads, hidden_size=192)
+        base = [80.0, 81.0, 82.0, 80.5, 81.5]
+        th = [b + offset + noise for b, noise in zip(base, (0.1, -0.1, 0.05, -0.05, 0.0),
+                                                     strict=True)]
+        start = f"runs/pretrain_h{heads}@1000"
+        mh_dir = write_workdir(tmp_path / f"mh{heads}", {1e-3: base}, model=model, init=start)
+        th_dir = write_workdir(tmp_path / f"th{heads}", {1e-3: th}, init=start,
+                               model=model.replace(attention="talking_heads"))
+        rows += [f"mh_h{heads}={mh_dir}", f"th_h{heads}={th_dir}"]
+        trend_points.append(f"mh_h{heads}:th_h{heads}@{heads}")
+        means.append((heads, [float(np.mean(np.subtract(th, base)))]))
+    parsed = finetune_compare.parse_rows(rows)
+    points = finetune_compare.parse_trend(trend_points, {r.name for r in parsed})
+    (_, trend), = finetune_compare.trend_tests(parsed, points, "th - mh")
+    assert trend.diffs == stats.difference_trend("th - mh", means).diffs
+    assert trend.p == pytest.approx(stats.difference_trend("th - mh", means).p)
+    per_seed = stats.difference_trend("th - mh", [
+        (x, [m + n for n in (0.1, -0.1, 0.05, -0.05, 0.0)]) for x, (m,) in means])
+    assert trend.p > per_seed.p  # 4 means, not 20 seeds: the honest p is larger
+    text = finetune_compare.render(parsed, [], 0.05, [(_, trend)])
+    assert "least squares of 4 means per x" in text
+    assert "share one start" in text
 
 
 def test_the_table_says_what_a_scratch_rows_spread_holds(tmp_path):
