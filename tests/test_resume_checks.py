@@ -25,7 +25,7 @@ def data_config(corpus: str) -> ml_collections.ConfigDict:
 @pytest.fixture()
 def corpus(tmp_path) -> str:
     path = tmp_path / "corpus.txt"
-    path.write_text("The cat sat on the mat.\\nThe dog lay by the door.\\n" * 20)
+    path.write_text("The cat sat on the mat.\nThe dog lay by the door.\n" * 20)
     return str(path)
 
 
@@ -52,8 +52,20 @@ def test_a_checkpoint_from_before_content_hashing_is_refused_once_the_times_chan
 def test_a_content_identity_that_differs_is_refused_without_the_legacy_hint(corpus, tmp_path):
     identity = data_identity(data_config(corpus), None)
     other = tmp_path / "other.txt"
-    other.write_text("Quite another text.\\n" * 20)
+    other.write_text("Quite another text.\n" * 20)
     with pytest.raises(TrainingError, match="another corpus") as refused:
         check_same_data(saved_with(data_identity(data_config(str(other)), None)
                                    ["corpus_identity"]), identity, data_config(corpus), "run")
     assert "predates" not in str(refused.value)
+
+
+def test_a_hub_corpus_checkpoint_without_an_identity_is_refused_with_no_file_hint():
+    """Sources without a legacy identity (hub datasets, synthetic tasks): a saved identity
+    that is missing or differs is refused, and not with the local files' times hint."""
+    identity = {"corpus": "hf:wikitext", "corpus_identity": "abc", "tokenizer_hash": "t"}
+    config = data_config("hf:wikitext")
+    for saved in ({"data_identity": {"corpus": "hf:wikitext", "tokenizer_hash": "t"}},
+                  saved_with("def")):
+        with pytest.raises(TrainingError, match="another corpus") as refused:
+            check_same_data(saved, identity, config, "run")
+        assert "predates" not in str(refused.value)

@@ -93,9 +93,14 @@ def check_same_data(saved: dict[str, Any], identity: dict[str, str],
         metrics.console(f"warning: {path} predates data identity checks; resuming unchecked")
         return
     saved_corpus = saved_identity.get("corpus_identity")
-    if saved_corpus not in (identity["corpus_identity"], identity.get(LEGACY_CORPUS_IDENTITY)):
+    accepted = [identity["corpus_identity"]]
+    legacy = identity.get(LEGACY_CORPUS_IDENTITY)
+    if legacy is not None:  # local files: a checkpoint may predate content hashing
+        accepted.append(legacy)
+    if saved_corpus is None or saved_corpus not in accepted:
         # A checkpoint from before content hashing knows its files' sizes and times only.
-        by_times = ("" if str(saved_corpus).startswith(input_pipeline.corpus.CONTENT_IDENTITY)
+        by_times = ("" if legacy is None or saved_corpus is None or str(saved_corpus)
+                    .startswith(input_pipeline.corpus.CONTENT_IDENTITY)
                     else " (this checkpoint predates content checks: it knows the files' "
                          "sizes and times, so a copy with new times differs too)")
         raise TrainingError(
