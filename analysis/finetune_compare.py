@@ -327,6 +327,6 @@ def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float
                    "verdict": t.verdict("t", alpha)} for t in tests],
         "trends": [{"task": task, "not_fitted": t} if isinstance(t, str) else
                    {"task": task, "label": t.label, "x": list(t.xs), "diffs": list(t.diffs),
-                    "slope_per_doubling": t.slope, "ci": list(t.ci), "p": t.p,
-                    "verdict": t.verdict(alpha)} for task, t in trends],
+                    "unit": t.unit, "slope_per_doubling": t.slope, "ci": list(t.ci),
+                    "p": t.p, "verdict": t.verdict(alpha)} for task, t in trends],
     }, indent=1)

@@ -190,6 +190,8 @@ def test_a_trend_over_rows_from_one_checkpoint_each_regresses_the_means_per_x(tm
     text = finetune_compare.render(parsed, [], 0.05, [(_, trend)])
     assert "least squares of 4 means per x" in text
     assert "share one start" in text
+    saved = json.loads(finetune_compare.to_json(parsed, [], 0.05, [(_, trend)]))
+    assert saved["trends"][0]["unit"] == "means per x"
 
 
 def test_the_table_says_what_a_scratch_rows_spread_holds(tmp_path):
