@@ -15,10 +15,13 @@
 #   HEADS=8,96 bash scripts/head_count_study.sh      # some head counts (the rest later)
 #   HEADS=64 VARIANTS=th_fan_in bash scripts/...     # some variants (no table without a
 #       # pair); two processes at once: split by HEADS, or by VARIANTS once the head
-#       # count's pretraining is done (both would run train.py on it; the second is refused)
+#       # count's pretraining is done (while it runs, a second train.py on it is refused)
 #   bash scripts/head_count_study.sh                 # at the end: skips every finished run
 #                                                    # and writes the whole table
 #   DRY_RUN=1 bash scripts/head_count_study.sh       # print the commands only
+#
+# A finished pretraining (training.results --is_finished) is reused as it is, without
+# train.py's checks: another CORPUS needs another OUT (other STEPS go to train.py).
 #
 # INIT=scratch trains every weight on the task: the multi-head "pretraining" per head
 # count is then one step, kept only for its architecture and tokenizer (eval_glue.py's
