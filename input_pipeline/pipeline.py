@@ -184,6 +184,7 @@ def build_pretraining_data(
     chunk_chars: int = DEFAULT_CHUNK_CHARS,
     tokenizer_sample: float = 1.0,
     workers: int | None = None,
+    corpus_identity: str | None = None,
 ) -> PretrainingData:
     """Reads, tokenizes, splits and packs a corpus, or loads all of it from the cache.
 
@@ -209,6 +210,8 @@ def build_pretraining_data(
       much per word as before and keeps a count of every distinct word, so for a corpus
       of many GB a sample bounds both its time and memory (docs/INGEST.md).
     workers: encoding processes (None: one per core, at most ingest.MAX_WORKERS).
+    corpus_identity: the source's identity() if the caller just computed it (a resume
+      checks it first); None: computed here.
     The values that shape the data have no defaults here (vocab_size=None only means
     "not given", an error unless `tokenizer` is): configs/pretrain.py holds them.
 
@@ -218,7 +221,8 @@ def build_pretraining_data(
     cache_dir = Path(cache_dir)
     source = corpus.parse_corpus_spec(corpus_spec, max_chars=max_chars, text_column=text_column,
                                       encoding=encoding)
-    corpus_id = source.identity()
+    # A resume has just computed it for its check (hashing a large corpus takes seconds).
+    corpus_id = corpus_identity or source.identity()
     if isinstance(source, synthetic.SyntheticCorpus):
         source.check_fits(max_seq_length, pair)
 
@@ -289,12 +293,14 @@ OPTIONAL_CONFIG_FIELDS = {
 _MISSING = object()
 
 
-def from_config(data_config: Any, workdir: str | os.PathLike) -> PretrainingData:
+def from_config(data_config: Any, workdir: str | os.PathLike,
+                corpus_identity: str | None = None) -> PretrainingData:
     """`build_pretraining_data` from the `config.data` block of configs/pretrain.py.
 
     Every field of CONFIG_FIELDS must be present (configs/pretrain.py is the one place
     with defaults); a missing one is an InputPipelineError naming it. cache_dir None
-    means WORKDIR/data_cache.
+    means WORKDIR/data_cache. corpus_identity: the corpus's identity() when the caller
+    has it already, for the same data_config.
     """
     args = {}
     for field, arg in CONFIG_FIELDS.items():
@@ -307,4 +313,5 @@ def from_config(data_config: Any, workdir: str | os.PathLike) -> PretrainingData
         args[arg] = getattr(data_config, field, default)
     corpus_spec = args.pop("corpus_spec")
     cache_dir = args.pop("cache_dir") or Path(workdir) / "data_cache"
-    return build_pretraining_data(corpus_spec, cache_dir, **args)
+    return build_pretraining_data(corpus_spec, cache_dir, corpus_identity=corpus_identity,
+                                  **args)

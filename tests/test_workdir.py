@@ -133,9 +133,17 @@ def test_a_rerun_with_nothing_to_train_changes_nothing(finished, tmp_path):
 
 
 def test_a_run_resumes_on_a_copy_of_its_corpus_elsewhere_with_new_file_times(finished,
-                                                                            tmp_path):
+                                                                            tmp_path,
+                                                                            monkeypatch):
     """The corpus moved to another disk or session (a fresh mount, a copy without -t) is
-    the same text: the run is not refused as trained on another corpus."""
+    the same text: the run is not refused as trained on another corpus. The resume reads
+    the corpus's bytes for its identity once (the check's identity keys the cache)."""
+    from input_pipeline import corpus as corpus_module
+
+    hashed = []
+    real_digest = corpus_module._file_digest
+    monkeypatch.setattr(corpus_module, "_file_digest",
+                        lambda path: hashed.append(path) or real_digest(path))
     corpus, cache, _ = finished
     workdir = copy_run(finished, tmp_path)
     before = snapshot(workdir)
@@ -145,6 +153,7 @@ def test_a_run_resumes_on_a_copy_of_its_corpus_elsewhere_with_new_file_times(fin
     os.utime(moved, ns=(1, 10**18))
     train_and_evaluate(tiny_run_config(str(moved), cache, steps=STEPS), workdir)
     assert snapshot(workdir) == before
+    assert len(hashed) == 1
 
 
 def test_no_eval_split_reports_no_eval_metrics(tmp_path):

@@ -128,20 +128,24 @@ def compile_for_mesh(model, optimizer, schedule, config, mesh, rules,
     return Compiled(state.abstract, state.shardings, state.init, train_step, eval_step)
 
 
-def build_data(data_config: ml_collections.ConfigDict, workdir: str):
+def build_data(data_config: ml_collections.ConfigDict, workdir: str,
+               corpus_identity: str | None = None):
     """Process 0 builds the tokenizer and packed cache first; the others then read it.
 
     Tokenizer training is not bit-reproducible across processes, so they must
     share one: on several hosts, point data.cache_dir at a shared filesystem or
     pass a ready data.tokenizer.
     """
+    def build():
+        return input_pipeline.from_config(data_config, workdir, corpus_identity)
+
     if jax.process_count() == 1:
-        return input_pipeline.from_config(data_config, workdir)
+        return build()
     from jax.experimental import multihost_utils
 
-    data = input_pipeline.from_config(data_config, workdir) if jax.process_index() == 0 else None
+    data = build() if jax.process_index() == 0 else None
     multihost_utils.sync_global_devices("input pipeline built by process 0")
-    return data or input_pipeline.from_config(data_config, workdir)
+    return data or build()
 
 
 def check_batch_fits_mesh(config: ml_collections.ConfigDict, mesh, rules) -> None:
@@ -174,7 +178,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     run = Run(config, workdir, mesh, rules, plan, model_cfg, compiled, tokens.identity,
               run_config=config.to_dict())
     train_state, saved, start = restore_or_init(run)
-    data = tokens.data or build_data(tokens.data_config, workdir)
+    # The resume check hashed the corpus already: the cache key reuses that identity.
+    data = tokens.data or build_data(tokens.data_config, workdir,
+                                     tokens.identity.get("corpus_identity"))
     announce(run, data)
     end = config.num_train_steps
     if config.stop_after_steps is not None:
