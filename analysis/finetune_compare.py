@@ -214,10 +214,10 @@ def trend_tests(rows: list[FineTuneRow], points: list[tuple[str, str, float]], l
         for a, b, x in points:
             va, vb = by_name[a].at_best(task), by_name[b].at_best(task)
             diffs.append((x, [vb[s] - va[s] for s in sorted(set(va) & set(vb))]))
-        unit = "per-seed differences"
+        unit = stats.PER_SEED
         if shared_start:
             diffs = [(x, [float(np.mean(d))] if d else []) for x, d in diffs]
-            unit = "means per x"
+            unit = stats.MEANS_PER_X
         try:
             found.append((task, stats.difference_trend(label, diffs, unit)))
         except ValueError as error:
@@ -227,10 +227,10 @@ def trend_tests(rows: list[FineTuneRow], points: list[tuple[str, str, float]], l
 
 # Why the trend's samples are independent, by unit.
 TREND_UNITS = {
-    "per-seed differences": "each seed's difference counts as independent: every seed "
-                            "draws its own start (init=scratch)",
-    "means per x": "the mean difference per x: the rows at one x share one start, so its "
-                   "seeds are not independent draws of it",
+    stats.PER_SEED: "each seed's difference counts as independent: every seed draws its "
+                    "own start (init=scratch)",
+    stats.MEANS_PER_X: "the mean difference per x: the rows at one x share one start, so "
+                       "its seeds are not independent draws of it",
 }
 
 

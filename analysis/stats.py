@@ -161,6 +161,11 @@ def paired_test(metric: Metric, a: str, b: str, over: str, seeds: list[Any],
                       (float(d.mean() - half), float(d.mean() + half)), boot)
 
 
+# TrendTest.unit: what one regressed difference is.
+PER_SEED = "per-seed differences"  # every seed draws its own start
+MEANS_PER_X = "means per x"  # the seeds at one x share a start
+
+
 @dataclasses.dataclass(frozen=True)
 class TrendTest:
     """Does a paired difference B - A change with a setting x (e.g. the head count)?
@@ -175,7 +180,7 @@ class TrendTest:
     slope: float  # per doubling of x
     ci: tuple[float, float]  # 95% t interval of the slope (n - 2 degrees of freedom)
     p: float  # two-sided, slope = 0
-    unit: str = "per-seed differences"
+    unit: str = PER_SEED
 
     def verdict(self, alpha: float) -> str:
         if self.p < alpha:
@@ -184,7 +189,7 @@ class TrendTest:
 
 
 def difference_trend(label: str, points: list[tuple[float, list[float]]],
-                     unit: str = "per-seed differences") -> TrendTest:
+                     unit: str = PER_SEED) -> TrendTest:
     """points: (x, the differences B - A at x, independent samples); at least two x and
     three differences."""
     xs = [float(x) for x, diffs in points for _ in diffs]

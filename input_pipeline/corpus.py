@@ -155,11 +155,9 @@ class TextFiles:
         every file even when max_chars stops reading early: about 0.1 s per pass over
         35 MB on one core. Not cached by stat within a process: an edit that keeps size
         and time must change it there too."""
-        extra = [] if check_encoding(self.encoding) == "utf-8" else [check_encoding(
-            self.encoding)]
         digests = [_file_digest(f) for f in self.files]
         return _content_identity("files", digests, self.max_chars, self.max_line_chars,
-                                 *extra)
+                                 *self._encoding_part())
 
     def legacy_identity(self) -> str:
         """The identity checkpoints saved before content hashing: paths, sizes, times."""
@@ -167,10 +165,14 @@ class TextFiles:
         for f in self.files:
             st = f.stat()
             stats.append([str(f), st.st_size, st.st_mtime_ns])
-        # The encoding decides the text (a UTF-8 identity stays as it was before the field).
-        extra = [] if check_encoding(self.encoding) == "utf-8" else [check_encoding(
-            self.encoding)]
-        return _identity("files", stats, self.max_chars, self.max_line_chars, *extra)
+        return _identity("files", stats, self.max_chars, self.max_line_chars,
+                         *self._encoding_part())
+
+    def _encoding_part(self) -> list[str]:
+        """The encoding decides the text (a UTF-8 identity stays as it was before the
+        field existed)."""
+        codec = check_encoding(self.encoding)
+        return [] if codec == "utf-8" else [codec]
 
     def chunks(self, chunk_chars: int = DEFAULT_CHUNK_CHARS) -> Iterator[TextChunk]:
         sink = DocumentSink()
