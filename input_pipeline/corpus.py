@@ -151,9 +151,9 @@ class TextFiles:
         """The files' bytes in reading order, not their names or times: a copy on another
         disk or in another directory is the same corpus (its cache and its runs' resumes
         hold), a file edited in place with its size and time kept is not. Hashing reads
-        every byte at each start (twice on a resume: the cache key and the resume check),
-        every file even when max_chars stops reading early: about 0.1 s per pass over
-        35 MB on one core. Not cached by stat within a process: an edit that keeps size
+        every byte once per start (a resume's check passes its identity on as the cache
+        key), every file even when max_chars stops reading early: about 0.1 s per 35 MB
+        on one core. Not cached by stat within a process: an edit that keeps size
         and time must change it there too."""
         digests = [_file_digest(f) for f in self.files]
         return _content_identity("files", digests, self.max_chars, self.max_line_chars,
