@@ -13,6 +13,8 @@
 #   SEEDS=0,1,2,3,4 STEPS=400 EVAL_EVERY=10 ROWS=... bash scripts/synthetic_study.sh OUT DIR
 #                                         # finer steps-to-99% (use a new OUT: other settings)
 #   TASK=mode SEEDS=0,1,2,3,4 ROWS=mode_mh_h2,mode_mh_h32 bash scripts/synthetic_study.sh
+#   CHECKPOINT_EVERY=500 ...              # long runs: a stop loses at most 500 steps
+#                                         # (default: one checkpoint, at the end)
 #
 # Every run trains on the same corpus (its seed is part of the spec); the pretraining
 # seed changes the initialisation, the batch order and nothing else. Only the answers
@@ -52,7 +54,7 @@ COMMON=(
   --pretrain_overrides eval_batches=8
   --pretrain_overrides "eval_every_steps=$EVAL_EVERY"
   --pretrain_overrides "log_every_steps=$((STEPS / 4))"
-  --pretrain_overrides "checkpoint_every_steps=$STEPS"
+  --pretrain_overrides "checkpoint_every_steps=${CHECKPOINT_EVERY:-$STEPS}"
 )
 if [[ -n "${DRY_RUN:-}" ]]; then COMMON+=(--dry_run); fi
 if [[ -n "${ROWS:-}" ]]; then COMMON+=(--rows "$ROWS"); fi

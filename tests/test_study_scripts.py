@@ -79,6 +79,11 @@ def test_synthetic_study_script_runs_every_row_at_three_seeds_on_the_task(tmp_pa
         assert "--config.data.corpus=synthetic:mode:pairs=32:keys=16:values=8:n=100000:seed=0" \
             in command and "--config.data.max_predictions_per_seq=1" in command
         assert ",steps=1500,batch=128,seq_len=40," in command[3]
+        assert "--config.checkpoint_every_steps=1500" in command  # one, at the end
+    # A long run checkpoints on the way, so a stop loses at most CHECKPOINT_EVERY steps.
+    _, long_runs = dry_run_study("synthetic_study.sh", out, TASK="mode", STEPS="3000",
+                                 CHECKPOINT_EVERY="500", ROWS="mode_mh_h32")
+    assert long_runs and all("--config.checkpoint_every_steps=500" in c for c in long_runs)
     unknown, _ = dry_run_study("synthetic_study.sh", out, TASK="sort")
     assert unknown.returncode == 1
     assert unknown.stderr.strip() == "error: TASK=sort is not one of find, mode"
