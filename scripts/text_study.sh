@@ -13,8 +13,8 @@
 #
 # STEPS=3000 (12.3M tokens, 1.4 passes over the 137,509 training sequences) is what
 # docs/RESULTS.md ran: about 12 minutes per pretraining alone on 2 cores, 15-17 with two
-# at a time; the whole study at five seeds is about 6 hours of this 2-core machine (times
-# there).
+# at a time; the whole study at five seeds took 5 hours of wall time on a 2-core machine
+# (times there).
 #
 # One OUT: one tokenizer and packed corpus for every row, and the classifier grid's
 # txt_mh_h8 / txt_th_h8 are part 2's runs (finished ones are skipped), whose
