@@ -118,8 +118,11 @@ def score_figure(table: Table, x_name: str):
             ax.set_ylim(top=100)  # no score lies above it
         ax.set_title(metric.name)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    legend_rows = -(-len(labels) // 3)
-    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8,
+    # At most one legend column per panel column (4 inches): three of the classifier
+    # grid's long labels side by side were twice as wide as its one-panel figure.
+    legend_columns = min(3, len(labels), columns)
+    legend_rows = -(-len(labels) // legend_columns)
+    fig.legend(handles, labels, loc="lower center", ncol=legend_columns, fontsize=8,
                frameon=False)
     fig.tight_layout(rect=(0, 0.3 * legend_rows / fig.get_figheight(), 1, 1))
     return fig

@@ -342,6 +342,29 @@ def test_plots_label_their_units_keep_the_legend_off_the_data_and_end_scores_at_
     assert all(ax.get_window_extent().y0 >= legend_top - 1 for ax in panels.values())
 
 
+def test_a_one_panel_score_plot_keeps_its_legend_inside_the_figure(tmp_path):
+    """The classifier grid's SST-2-vs-learning-rate plot (one panel, seven long labels)
+    drew its legend in three columns, twice the figure's width: the saved image cut the
+    labels off at both sides."""
+    from analysis import plots, tables
+    from configs import grids
+
+    out = tmp_path / "sweep"
+    for i, row in enumerate(grids.GRIDS["classifier_question"]):
+        lr = {"0.0001": 1e-4, "0.001": 1e-3}.get(row.name.rsplit("lr", 1)[-1], 3e-4)
+        for seed in (0, 1):
+            fake_run(out / row.name / f"seed{seed}", f"row={row.name}", seed, 3.0,
+                     {"sst2": {lr: {0: 60.0 + i + seed}}})
+    figure = plots.score_figure(tables.collect(str(out), "classifier_question"), "lr")
+    figure.canvas.draw()
+    (legend,) = figure.legends
+    assert len(legend.get_texts()) == 7
+    box = legend.get_window_extent()
+    assert 0 <= box.x0 and box.x1 <= figure.bbox.width and box.y0 >= 0
+    panel = next(ax for ax in figure.axes if ax.get_visible())
+    assert panel.get_window_extent().y0 >= box.y1 - 1  # and still below the data
+
+
 def test_holm_and_the_verdict_rule():
     """Holm's adjusted p-values for a worked example; equivalence only when the whole t
     interval lies inside the margin."""
