@@ -351,7 +351,7 @@ def test_a_one_panel_score_plot_keeps_its_legend_inside_the_figure(tmp_path):
 
     out = tmp_path / "sweep"
     for i, row in enumerate(grids.GRIDS["classifier_question"]):
-        lr = {"0.0001": 1e-4, "0.001": 1e-3}.get(row.name.rsplit("lr", 1)[-1], 3e-4)
+        lr = float(row.glue.get("lr", 3e-4))  # the study's --glue_args rate otherwise
         for seed in (0, 1):
             fake_run(out / row.name / f"seed{seed}", f"row={row.name}", seed, 3.0,
                      {"sst2": {lr: {0: 60.0 + i + seed}}})
