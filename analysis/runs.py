@@ -16,6 +16,7 @@ The papers' grids get the paper's numbers beside ours.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any
 
@@ -118,10 +119,30 @@ def read_row(out: str, row: grids.Row) -> RowResult:
     return RowResult(row, runs)
 
 
+def vocabulary_source(data: Any) -> str:
+    """What fixes a run's vocabulary: its corpus, tokenizer and requested size (the
+    tokenizer trained on a small corpus can be smaller than requested)."""
+    return json.dumps([data.get(k) for k in ("corpus", "tokenizer", "vocab_size")])
+
+
+def trained_vocabularies(results: list[RowResult]) -> dict[str, int]:
+    """vocabulary_source -> the vocabulary its runs trained, where they agree."""
+    found: dict[str, set[int]] = {}
+    for run in (run for result in results for run in result.runs if run.config):
+        try:
+            found.setdefault(vocabulary_source(run.config["data"]), set()).add(
+                int(run.config["model"]["vocab_size"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return {source: sizes.pop() for source, sizes in found.items() if len(sizes) == 1}
+
+
 def add_model_stats(result: RowResult, manifest: SweepManifest | None,
-                    paper_vocab: bool) -> None:
+                    paper_vocab: bool, trained_vocab: dict[str, int] | None = None) -> None:
     """Model, parameters and FLOPs: from a run's config.json (what was trained, with
-    the tokenizer's vocabulary), else built from the row as the sweep would."""
+    the tokenizer's vocabulary), else built from the row as the sweep would, at the
+    vocabulary other runs on the same data trained (trained_vocab), else the requested
+    one."""
     from models import ModelConfig
 
     config = next((r.config for r in result.runs if r.config), None)
@@ -137,7 +158,8 @@ def add_model_stats(result: RowResult, manifest: SweepManifest | None,
                                       manifest.pretrain_args if manifest else ""),
                 list(manifest.pretrain_overrides) if manifest else [])
             model = ModelConfig.from_config(built.model)
-            model = model.replace(vocab_size=built.data.vocab_size)
+            model = model.replace(vocab_size=(trained_vocab or {}).get(
+                vocabulary_source(built.data), built.data.vocab_size))
             seq_len = built.data.max_seq_length
         model = as_fine_tuned(model, result.row, manifest)
     except (ValueError, KeyError, TypeError):  # a row folder without a usable config

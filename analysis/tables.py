@@ -27,6 +27,7 @@ from analysis.runs import (
     read_row,
     rows_location,
     scalar_curve,
+    trained_vocabularies,
 )
 from analysis.stats import MIN_BOOTSTRAP_N, PairedTest, run_tests
 from configs import grids
@@ -221,8 +222,9 @@ def collect(out: str, grid: str | None = None, grid_file: str | None = None,
     label, rows, manifest = load_rows(out, grid, grid_file, only)
     results = [read_row(out, row) for row in rows]
     paper_vocab = any("params_m" in row.reported for row in rows)
+    trained_vocab = trained_vocabularies(results)
     for result in results:
-        add_model_stats(result, manifest, paper_vocab)
+        add_model_stats(result, manifest, paper_vocab, trained_vocab)
     metrics, averaged = build_metrics(results)
     metrics[len(MLM_METRICS):len(MLM_METRICS)] = list(steps_to)
     for run in (run for result in results for run in result.runs

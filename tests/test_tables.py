@@ -204,6 +204,22 @@ def test_steps_to_a_level_from_the_eval_curves_with_paired_tests(tmp_path):
     assert bad.returncode != 0 and "--steps_to 'eval_accuracy=0.99'" in bad.stderr
 
 
+def test_a_row_not_run_yet_counts_its_parameters_at_the_vocabulary_its_sweep_trained(tmp_path):
+    """A row with no run yet has no config.json of its own: its parameters came from the
+    config's requested vocabulary (8192), not the tokenizer's size the sweep's runs on the
+    same corpus got, so a follow-up table showed its unrun rows at 10x the parameters of
+    the same architecture run beside them (0.582M against 0.0621M)."""
+    out = tmp_path / "sweep"
+    for seed in (0, 1):  # 4 and 8 heads at width D, key = D/heads: the same parameters
+        fake_run(out / "th_cpu_mh_h4" / f"seed{seed}", "row=th_cpu_mh_h4", seed, 3.0, {})
+    result = run_script("tables.py", [f"--out={out}", "--grid=talking_heads_cpu",
+                                      "--format=csv"])
+    assert result.returncode == 0, result.stderr
+    table = {r["row"]: r for r in read_csv(out / "table.csv")}
+    assert table["th_cpu_mh_h8"]["pretrain_seeds"] in ("", "0")
+    assert table["th_cpu_mh_h8"]["params"] == table["th_cpu_mh_h4"]["params"]
+
+
 def test_a_grid_that_declares_its_pairs_is_tested_on_those(tmp_path):
     """classifier_question declares which rows answer which question (configs/grids.py:
     PAIRS); the default would pair every multi-head row with every talking-heads row
