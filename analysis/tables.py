@@ -143,9 +143,11 @@ def cost_cell(a: tuple[int | None, float | None], b: tuple[int | None, float | N
 
 
 def significance_markdown(tests: list[PairedTest], test: str, alpha: float) -> str:
+    # Holm's family: the tests with a p-value (a pair without variance has none).
+    family = sum(not np.isnan(t.p(test)) for t in tests)
     header = ["metric", "A", "B", "paired over", "n", "mean A", "mean B", "B − A",
               "95% CI (paired t)", "95% CI (bootstrap)", "p (paired t)", "p (Wilcoxon)",
-              f"p ({'t' if test == 't' else 'Wilcoxon'}, Holm over {len(tests)})",
+              f"p ({'t' if test == 't' else 'Wilcoxon'}, Holm over {family})",
               "params, GFLOPs/token A → B", "verdict"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for t in tests:

@@ -199,6 +199,10 @@ def test_steps_to_a_level_from_the_eval_curves_with_paired_tests(tmp_path):
     assert math.isnan(float(same["p_ttest_rel"] or "nan"))
     assert same["verdict"] == "not settled"
     assert "never reached it" in (out / "table.md").read_text()
+    # Holm's family is the pairs with a p-value; the header counted the untestable ones.
+    family = sum(not math.isnan(float(t["p_ttest_rel"] or "nan")) for t in tests.values())
+    assert family < len(tests)
+    assert f"Holm over {family})" in (out / "table.md").read_text()
 
     bad = run_script("tables.py", [f"--out={out}", "--steps_to=eval_accuracy=0.99"])
     assert bad.returncode != 0 and "--steps_to 'eval_accuracy=0.99'" in bad.stderr
