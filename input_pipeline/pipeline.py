@@ -140,6 +140,9 @@ def _get_tokenizer(source: corpus.Corpus, corpus_id: str, cache_dir: Path, vocab
     parts = [corpus_id, vocab_size, lowercase, min_frequency]
     if sample != 1.0:  # (keys of full-corpus tokenizers stay as they were)
         parts += [sample, chunk_chars]
+    # A tokenizer cached before training was reproducible is some draw of the old
+    # trainer's: a new key, so a shared cache gives every new run the reproducible one.
+    parts.append(tokenizer_lib.TRAINER_VERSION)
     key = cache.cache_key("tokenizer", *parts)
     tok_dir = cache_dir / f"tokenizer-{key}"
     if cache.is_complete(tok_dir):
@@ -153,7 +156,7 @@ def _get_tokenizer(source: corpus.Corpus, corpus_id: str, cache_dir: Path, vocab
             f"{source.describe()}{sampled}...")
     with cache.atomic_directory(tok_dir) as tmp:
         with cache.writing(tmp):
-            tokenizer_lib.train_tokenizer(_sentence_chunks(source, chunk_chars, sample),
+            tokenizer_lib.train_tokenizer(lambda: _sentence_chunks(source, chunk_chars, sample),
                                           vocab_size, tmp, lowercase=lowercase,
                                           min_frequency=min_frequency)
     console(f"data: trained the vocabulary in {time.time() - t0:.1f} s -> {tok_dir}")

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,9 @@ from input_pipeline.errors import TokenizerError
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 CONTINUATION_PREFIX = "##"
+# Part of a trained tokenizer's cache key: "seeded" is train_tokenizer's reproducible
+# training (the library's trainer alone gives a new vocabulary order in every process).
+TRAINER_VERSION = "seeded"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,32 +92,106 @@ def _add_template(tokenizer: Tokenizer) -> Tokenizer:
 
 
 def train_tokenizer(
-    sentences: Iterable[str | list[str]], vocab_size: int,
-    out_dir: str | os.PathLike | None = None, *,
+    sentences: Iterable[str | list[str]] | Callable[[], Iterable[str | list[str]]],
+    vocab_size: int, out_dir: str | os.PathLike | None = None, *,
     lowercase: bool = True, min_frequency: int = 2, limit_alphabet: int = 1000,
 ) -> Tokenizer:
     """Trains a WordPiece vocabulary of at most `vocab_size` tokens (specials included).
 
-    `sentences` is consumed once, as a stream: strings, or lists of strings (a chunk of
-    a corpus; fewer Python round trips). The trainer keeps only word counts, so memory
-    grows with the number of distinct words, not with the corpus.
+    The same sentences give the same vocabulary, ids included, in every process: the
+    library's trainer alone does not (see _seeded_trainer). `sentences` is read twice, as
+    a stream: a list, or a function returning a fresh iterable each call (a one-shot
+    iterator is refused). Its items are strings, or lists of strings (a chunk of a corpus;
+    fewer Python round trips). The trainer keeps only word counts, so memory grows with
+    the number of distinct words, not with the corpus.
     A small corpus can give fewer tokens than asked: read the real size from
     `tokenizer.get_vocab_size()`. With `out_dir`, saves tokenizer.json and vocab.txt.
     """
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise TokenizerError(f"tokenizer: vocab_size={vocab_size} is too small")
-    tokenizer = _bert_pipeline(Tokenizer(models.WordPiece(unk_token=UNK)), lowercase)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
-        special_tokens=list(SPECIAL_TOKENS), limit_alphabet=limit_alphabet,
-        continuing_subword_prefix=CONTINUATION_PREFIX,
-    )
-    tokenizer.train_from_iterator(sentences, trainer)
+    read = _rereadable(sentences)
+    trainer = _seeded_trainer(read, vocab_size, lowercase, min_frequency, limit_alphabet)
+    trained = _bert_pipeline(Tokenizer(models.WordPiece(unk_token=UNK)), lowercase)
+    trained.train_from_iterator(read(), trainer)
+    # The seeds were the trainer's special tokens, so the tokenizer now treats "##e" in
+    # raw text as a special token: rebuild it from the vocabulary, with BERT's five only.
+    tokenizer = _bert_pipeline(Tokenizer(models.WordPiece(
+        trained.get_vocab(with_added_tokens=False), unk_token=UNK,
+        continuing_subword_prefix=CONTINUATION_PREFIX)), lowercase)
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
     _add_template(tokenizer)
     SpecialIds.from_tokenizer(tokenizer)  # the trainer put them first; check anyway
     if out_dir is not None:
         save_tokenizer(tokenizer, out_dir)
     return tokenizer
+
+
+def _rereadable(sentences) -> Callable[[], Iterable[str | list[str]]]:
+    if callable(sentences):
+        return sentences
+    if iter(sentences) is sentences:
+        raise TypeError("train_tokenizer reads its sentences twice: pass a list or a "
+                        "function that returns a fresh iterable, not an iterator")
+    return lambda: sentences
+
+
+def _seeded_trainer(read: Callable[[], Iterable[str | list[str]]], vocab_size: int,
+                    lowercase: bool, min_frequency: int, limit_alphabet: int,
+                    ) -> trainers.WordPieceTrainer:
+    """A WordPiece trainer whose result does not depend on hash-map order.
+
+    tokenizers' trainer (0.23; huggingface/tokenizers#1794) numbers the continuation
+    characters ("##e") in the iteration order of a randomly seeded hash map, breaks ties
+    between equally frequent merges by those numbers, and cuts the alphabet to
+    `limit_alphabet` characters with ties in the same order: the same corpus gives a
+    vocabulary in another order, often with other tokens, in every process. So a first
+    pass finds every character and continuation character (a trainer stopped before its
+    first merge) and counts the characters here; the real trainer then gets the
+    continuations as leading tokens in code-point order and the alphabet fixed (the most
+    frequent characters, ties by code point), which leaves nothing to the hash order.
+    """
+    # Code points counted as read (numpy, a megabyte at a time), then normalized one
+    # distinct character at a time: BERT's normalizer maps each character on its own
+    # (case, accents, spacing), so this counts what the trainer sees, far cheaper than
+    # normalizing the text.
+    raw = np.zeros(0x110000, np.int64)
+
+    def count(texts: list[str]) -> None:
+        raw[:] += np.bincount(np.frombuffer("".join(texts).encode("utf-32-le"), "<u4"),
+                              minlength=raw.size)
+        texts.clear()
+
+    def counted():
+        pending, size = [], 0
+        for item in read():
+            pending.extend([item] if isinstance(item, str) else item)
+            size += len(item) if isinstance(item, str) else sum(map(len, item))
+            if size > 1 << 20:
+                count(pending)
+                size = 0
+            yield item
+        count(pending)
+
+    probe = _bert_pipeline(Tokenizer(models.WordPiece(unk_token=UNK)), lowercase)
+    probe.train_from_iterator(counted(), trainers.WordPieceTrainer(
+        vocab_size=0, show_progress=False, special_tokens=list(SPECIAL_TOKENS),
+        continuing_subword_prefix=CONTINUATION_PREFIX))  # no limit_alphabet: every one
+    normalizer = probe.normalizer
+    counts = Counter()
+    for code in np.flatnonzero(raw):
+        for c in normalizer.normalize_str(chr(code)):
+            counts[c] += int(raw[code])
+    base = set(probe.get_vocab(with_added_tokens=False)) - set(SPECIAL_TOKENS)
+    alphabet = sorted((t for t in base if not t.startswith(CONTINUATION_PREFIX)),
+                      key=lambda c: (-counts[c], ord(c)))[:limit_alphabet]
+    kept = set(alphabet)
+    continuations = sorted(t for t in base if t.startswith(CONTINUATION_PREFIX)
+                           and t[len(CONTINUATION_PREFIX):] in kept)
+    return trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+        special_tokens=[*SPECIAL_TOKENS, *continuations],
+        initial_alphabet=sorted(kept), limit_alphabet=len(kept),
+        continuing_subword_prefix=CONTINUATION_PREFIX)
 
 
 # Token ids are int32 in the model and at most int32 on disk (input_pipeline/packing.py).

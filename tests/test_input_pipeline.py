@@ -160,7 +160,7 @@ def test_stdlib_corpus_is_english_and_trains_a_tokenizer(tmp_path):
     small = ip.StdlibDocstrings(max_chars=300_000).documents()
     assert 300_000 <= sum(len(s) for d in small for s in d) < 400_000
     assert small == docs[:len(small)]  # deterministic order
-    tok = ip.train_tokenizer(corpus.iter_sentences(small), 2000, tmp_path / "tok")
+    tok = ip.train_tokenizer(lambda: corpus.iter_sentences(small), 2000, tmp_path / "tok")
     assert tok.get_vocab_size() == 2000
     assert SpecialIds.from_tokenizer(tok) == SpecialIds(0, 1, 2, 3, 4)
     enc = tok.encode("Return the number of items in the list.")

@@ -132,9 +132,9 @@ def build_data(data_config: ml_collections.ConfigDict, workdir: str,
                corpus_identity: str | None = None):
     """Process 0 builds the tokenizer and packed cache first; the others then read it.
 
-    Tokenizer training is not bit-reproducible across processes, so they must
-    share one: on several hosts, point data.cache_dir at a shared filesystem or
-    pass a ready data.tokenizer.
+    Every process would build the same tokenizer and cache (train_tokenizer is
+    reproducible), but once is enough: on several hosts, point data.cache_dir at a
+    shared filesystem (or pass a ready data.tokenizer) and the others only read it.
     """
     def build():
         return input_pipeline.from_config(data_config, workdir, corpus_identity)

@@ -27,8 +27,8 @@ A sweep's OUT (scripts/sweep.py --out):
 Why one GLUE workdir per task: eval_glue.py takes one task (or all nine) and its
 results.json holds the tasks of one invocation, so tasks run one at a time into one
 directory would leave only the last one in results.json. Why one data cache:
-WordPiece training is not bit-reproducible across processes, so runs that each built
-their own tokenizer would differ in their vocabulary as well as in the attention.
+the tokenizer and packed data are built once for all rows (they are the same for every
+row: train_tokenizer is reproducible), not once per run.
 
 Finished, as the sweep decides it (and run.sh asks through this module's command line):
 
