@@ -138,7 +138,7 @@ def _get_tokenizer(source: corpus.Corpus, corpus_id: str, cache_dir: Path, vocab
     again: the packed cache is keyed on the tokenizer's hash, so nothing stale is reused.
     """
     parts = [corpus_id, vocab_size, lowercase, min_frequency]
-    if sample != 1.0:  # (keys of full-corpus tokenizers stay as they were)
+    if sample != 1.0:  # (only a sample's key names the sample)
         parts += [sample, chunk_chars]
     # A tokenizer cached before training was reproducible is some draw of the old
     # trainer's: a new key, so a shared cache gives every new run the reproducible one.

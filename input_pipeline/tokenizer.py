@@ -96,7 +96,8 @@ def train_tokenizer(
     vocab_size: int, out_dir: str | os.PathLike | None = None, *,
     lowercase: bool = True, min_frequency: int = 2, limit_alphabet: int = 1000,
 ) -> Tokenizer:
-    """Trains a WordPiece vocabulary of at most `vocab_size` tokens (specials included).
+    """Trains a WordPiece vocabulary of `vocab_size` tokens (specials included; more when
+    the alphabet and its continuations alone exceed it).
 
     The same sentences give the same vocabulary, ids included, in every process: the
     library's trainer alone does not (see _seeded_trainer). `sentences` is read twice, as
@@ -110,9 +111,14 @@ def train_tokenizer(
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise TokenizerError(f"tokenizer: vocab_size={vocab_size} is too small")
     read = _rereadable(sentences)
-    trainer = _seeded_trainer(read, vocab_size, lowercase, min_frequency, limit_alphabet)
+    first = read()
+    trainer = _seeded_trainer(first, vocab_size, lowercase, min_frequency, limit_alphabet)
+    second = read()
+    if second is first and iter(second) is second:  # e.g. `lambda: generator`
+        raise TypeError("train_tokenizer reads its sentences twice: the function must "
+                        "return a fresh iterable at each call, not the same iterator")
     trained = _bert_pipeline(Tokenizer(models.WordPiece(unk_token=UNK)), lowercase)
-    trained.train_from_iterator(read(), trainer)
+    trained.train_from_iterator(second, trainer)
     # The seeds were the trainer's special tokens, so the tokenizer now treats "##e" in
     # raw text as a special token: rebuild it from the vocabulary, with BERT's five only.
     tokenizer = _bert_pipeline(Tokenizer(models.WordPiece(
@@ -135,7 +141,7 @@ def _rereadable(sentences) -> Callable[[], Iterable[str | list[str]]]:
     return lambda: sentences
 
 
-def _seeded_trainer(read: Callable[[], Iterable[str | list[str]]], vocab_size: int,
+def _seeded_trainer(sentences: Iterable[str | list[str]], vocab_size: int,
                     lowercase: bool, min_frequency: int, limit_alphabet: int,
                     ) -> trainers.WordPieceTrainer:
     """A WordPiece trainer whose result does not depend on hash-map order.
@@ -163,7 +169,7 @@ def _seeded_trainer(read: Callable[[], Iterable[str | list[str]]], vocab_size: i
 
     def counted():
         pending, size = [], 0
-        for item in read():
+        for item in sentences:
             pending.extend([item] if isinstance(item, str) else item)
             size += len(item) if isinstance(item, str) else sum(map(len, item))
             if size > 1 << 20:

@@ -4,8 +4,8 @@
 #   bash scripts/cpu_study.sh [OUT] [RESULTS_DIR]     # defaults: runs/cpu_study, docs/results
 #   DRY_RUN=1 bash scripts/cpu_study.sh               # print the rows and commands only
 #
-# Both grids share OUT, so they share one tokenizer and packed corpus (WordPiece
-# training is not bit-reproducible across processes). The key-size grid uses
+# Both grids share OUT, so they share one tokenizer and packed corpus (built once, not
+# once per grid). The key-size grid uses
 # pretraining seed 1: its ks_cpu_k32 row is the same model as th_cpu_mh_h8
 # (seed 0), so the pair measures seed-to-seed noise instead of repeating a run.
 # Rerunning skips finished runs. About 2 hours on a 2-core CPU (docs/RESULTS.md).

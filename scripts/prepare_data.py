@@ -7,7 +7,7 @@ would, without JAX or a model.
 Takes the same --config as train.py. Run it once (e.g. on one host, with
 data.cache_dir on shared storage) before a multi-host run: every process of train.py
 then finds the cache complete, verifies it and reads it, and nobody trains the tokenizer
-a second time (it would come out the same, at the cost of another pass over the corpus). With
+a second time (it would come out the same, at the cost of two more passes over the corpus). With
 data.cache_dir unset the cache goes to WORKDIR/data_cache, where train.py looks.
 Prints one line naming the tokenizer and cache directories; bad input ends with one
 `error:` line and exit code 1 (2 for a bad flag or config value).

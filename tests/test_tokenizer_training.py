@@ -54,6 +54,9 @@ def test_a_function_or_a_list_is_read_twice_and_an_iterator_is_refused():
     assert vocab_list(from_function) == vocab_list(train_tokenizer(sentences, 400))
     with pytest.raises(TypeError, match="reads its sentences twice"):
         train_tokenizer(iter(sentences), 400)
+    once = iter(chunks)
+    with pytest.raises(TypeError, match="must return a fresh iterable"):
+        train_tokenizer(lambda: once, 400)  # the second pass would see nothing
 
 
 def test_the_alphabet_is_the_most_frequent_characters_with_ties_by_code_point():
