@@ -8,6 +8,8 @@
 #   bash scripts/pretraining_curve.sh RUN [OUT] [RESULTS_DIR]
 #       # OUT defaults to RUN/../curve, RESULTS_DIR to docs/results/why_pretraining
 #   TASK=sst2 SEEDS=3 LRS=1e-3/3e-3 GLUE_ARGS=epochs=2,max_train=4000,seq_len=64 ...
+#   SCRATCH_LRS=3e-4/1e-3 ...   # scratch's own grid (default LRS): a pretrained start
+#       # wants a 3-10x higher rate, so one grid that brackets both wastes runs at its ends
 #   DRY_RUN=1 bash scripts/pretraining_curve.sh RUN       # print the commands only
 #   REFERENCE=DIR_OR_HUB_ID REFERENCE_LRS=5e-5/2e-4/5e-4 ...
 #       # also a well-trained Hugging Face BERT on the same protocol, pretrained and from
@@ -40,6 +42,7 @@ if [[ -z "$STEPS" ]]; then echo "error: $RUN/checkpoints holds no checkpoint" >&
 RUN_CMD=()
 if [[ -n "${DRY_RUN:-}" ]]; then RUN_CMD=(echo); fi
 CONFIG="configs/glue.py:task=$TASK,seeds=$SEEDS,lr=$LRS,$GLUE_ARGS"
+SCRATCH_CONFIG="configs/glue.py:task=$TASK,seeds=$SEEDS,lr=${SCRATCH_LRS:-$LRS},$GLUE_ARGS"
 COMMON=(--config.init_from="$RUN" --config.glue_dir="$GLUE_DIR"
         --config.write_test_predictions=false --config.save_model=none)
 if [[ -n "${REFERENCE_ONLY:-}" && -z "${REFERENCE:-}" ]]; then
@@ -60,7 +63,7 @@ if [[ -n "${REFERENCE:-}" ]]; then
   if [[ -n "${REFERENCE_ONLY:-}" ]]; then exit 0; fi
 fi
 ROWS=(--row "scratch=$OUT/scratch")
-"${RUN_CMD[@]}" "$PYTHON" eval_glue.py --config "$CONFIG" "${COMMON[@]}" --config.init=scratch \
+"${RUN_CMD[@]}" "$PYTHON" eval_glue.py --config "$SCRATCH_CONFIG" "${COMMON[@]}" --config.init=scratch \
     --workdir "$OUT/scratch"
 for step in $STEPS; do
   "${RUN_CMD[@]}" "$PYTHON" eval_glue.py --config "$CONFIG" "${COMMON[@]}" \

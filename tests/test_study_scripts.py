@@ -193,6 +193,16 @@ def test_pretraining_curve_fine_tunes_every_kept_checkpoint_and_scratch(curve_ru
     assert lines[-1][-4:] == ["--row", f"step10={out / 'step10'}", "--out",
                               "docs/results/why_pretraining"]
     assert not any("init_from_hf" in a for x in lines for a in x)  # no reference unasked
+    # SCRATCH_LRS: scratch's own grid (a pretrained start wants 3-10x its rate, so one
+    # grid that brackets both wastes runs at either end); the rest of the protocol stays.
+    own = subprocess.run(["bash", "scripts/pretraining_curve.sh", str(run)], cwd=REPO,
+                         env=dict(env, LRS="1e-3/3e-2", SCRATCH_LRS="3e-4/1e-2"),
+                         capture_output=True, text=True, timeout=120)
+    assert own.returncode == 0, own.stderr
+    own_glue = [x for x in map(shlex.split, own.stdout.splitlines()) if "eval_glue.py" in x]
+    assert [x[3].split(",")[2] for x in own_glue] == ["lr=3e-4/1e-2", "lr=1e-3/3e-2",
+                                                      "lr=1e-3/3e-2"]
+    assert own_glue[0][3].replace("lr=3e-4/1e-2", "lr=1e-3/3e-2") == own_glue[1][3]
     empty = tmp_path / "empty"
     (empty / "checkpoints").mkdir(parents=True)
     refused = subprocess.run(["bash", "scripts/pretraining_curve.sh", str(empty)], cwd=REPO,
