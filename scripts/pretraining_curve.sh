@@ -17,6 +17,8 @@
 #       # pretraining help on this protocol when the encoder is well trained?
 #   REFERENCE_ONLY=1 ...   # only the reference's fine-tunings (a second process beside
 #       # the curve), no table; rerun without it for the tables
+#   REFERENCE_SCRATCH=0 ...  # the reference pretrained only (its scratch twin costs as
+#       # many runs of a 22.7M model again); its table then pairs it with this curve's rows
 #
 # Keep several checkpoints when pretraining (--config.keep_checkpoints=7
 # --config.checkpoint_every_steps=500). Rerunning skips finished fine-tuning runs.
@@ -52,7 +54,9 @@ if [[ -n "${REFERENCE:-}" ]]; then
   # The same task, seeds and examples; its own grid (a 22.7M encoder from a real
   # pretraining wants other rates than a small one) and its own tokenizer.
   REFERENCE_CONFIG="configs/glue.py:task=$TASK,seeds=$SEEDS,lr=${REFERENCE_LRS:-5e-5/2e-4/5e-4},$GLUE_ARGS"
-  for name in reference reference_scratch; do
+  REFERENCE_NAMES=(reference reference_scratch)
+  if [[ ${REFERENCE_SCRATCH:-1} == 0 ]]; then REFERENCE_NAMES=(reference); fi
+  for name in "${REFERENCE_NAMES[@]}"; do
     init=pretrained
     if [[ $name == reference_scratch ]]; then init=scratch; fi
     "${RUN_CMD[@]}" "$PYTHON" eval_glue.py --config "$REFERENCE_CONFIG" \
@@ -75,8 +79,13 @@ done
 if [[ -n "${REFERENCE:-}" ]]; then
   # Pretraining at the reference's architecture (its scratch vs its checkpoint), and the
   # reference against this protocol's scratch model and the last checkpoint here.
+  REFERENCE_ROWS=(--row "reference=$OUT/reference" --pairs scratch:reference
+                  --pairs "step$LAST:reference")
+  if [[ ${REFERENCE_SCRATCH:-1} != 0 ]]; then
+    REFERENCE_ROWS=(--row "reference_scratch=$OUT/reference_scratch"
+                    --row "reference=$OUT/reference" --pairs reference_scratch:reference
+                    --pairs scratch:reference --pairs "step$LAST:reference")
+  fi
   "${RUN_CMD[@]}" "$PYTHON" scripts/compare_finetuning.py --row "scratch=$OUT/scratch" \
-      --row "step$LAST=$OUT/step$LAST" --row "reference_scratch=$OUT/reference_scratch" \
-      --row "reference=$OUT/reference" --pairs reference_scratch:reference \
-      --pairs scratch:reference --pairs "step$LAST:reference" --out "$RESULTS/reference"
+      --row "step$LAST=$OUT/step$LAST" "${REFERENCE_ROWS[@]}" --out "$RESULTS/reference"
 fi

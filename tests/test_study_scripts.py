@@ -252,6 +252,18 @@ def test_pretraining_curve_adds_a_reference_encoder_pretrained_and_from_scratch(
     only_lines = [shlex.split(x) for x in only.stdout.splitlines()]
     assert [x[x.index("--workdir") + 1] for x in only_lines] == [
         str(out / "reference"), str(out / "reference_scratch")]
+    # REFERENCE_SCRATCH=0: the reference pretrained only, paired with this curve's rows.
+    alone = subprocess.run(["bash", "scripts/pretraining_curve.sh", str(curve_run), str(out)],
+                           cwd=REPO, env=dict(env, REFERENCE_SCRATCH="0"), capture_output=True,
+                           text=True, timeout=120)
+    assert alone.returncode == 0, alone.stderr
+    alone_lines = [shlex.split(x) for x in alone.stdout.splitlines()]
+    assert [x[x.index("--workdir") + 1] for x in alone_lines if "eval_glue.py" in x] == [
+        str(out / name) for name in ("reference", "scratch", "step5", "step10")]
+    table = [x for x in alone_lines if "scripts/compare_finetuning.py" in x][1]
+    assert [table[i + 1] for i, a in enumerate(table) if a in ("--row", "--pairs")] == [
+        f"scratch={out / 'scratch'}", f"step10={out / 'step10'}",
+        f"reference={out / 'reference'}", "scratch:reference", "step10:reference"]
     refused = subprocess.run(["bash", "scripts/pretraining_curve.sh", str(curve_run)],
                              cwd=REPO, env=dict(env, REFERENCE="", REFERENCE_ONLY="1"),
                              capture_output=True, text=True, timeout=120)
