@@ -67,15 +67,19 @@ if [[ -n "${REFERENCE:-}" ]]; then
   if [[ -n "${REFERENCE_ONLY:-}" ]]; then exit 0; fi
 fi
 ROWS=(--row "scratch=$OUT/scratch")
+TREND=(--trend_label "checkpoint - scratch")
 "${RUN_CMD[@]}" "$PYTHON" eval_glue.py --config "$SCRATCH_CONFIG" "${COMMON[@]}" --config.init=scratch \
     --workdir "$OUT/scratch"
 for step in $STEPS; do
   "${RUN_CMD[@]}" "$PYTHON" eval_glue.py --config "$CONFIG" "${COMMON[@]}" \
       --config.checkpoint_step="$step" --workdir "$OUT/step$step"
   ROWS+=(--row "step$step=$OUT/step$step")
+  # "Too few tokens" predicts the gap to scratch closes as pretraining goes on: the
+  # checkpoint - scratch difference regressed on log2(steps).
+  TREND+=(--trend "scratch:step$step@$step")
   LAST=$step
 done
-"${RUN_CMD[@]}" "$PYTHON" scripts/compare_finetuning.py "${ROWS[@]}" --out "$RESULTS"
+"${RUN_CMD[@]}" "$PYTHON" scripts/compare_finetuning.py "${ROWS[@]}" "${TREND[@]}" --out "$RESULTS"
 if [[ -n "${REFERENCE:-}" ]]; then
   # Pretraining at the reference's architecture (its scratch vs its checkpoint), and the
   # reference against this protocol's scratch model and the last checkpoint here.

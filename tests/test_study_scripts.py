@@ -190,8 +190,14 @@ def test_pretraining_curve_fine_tunes_every_kept_checkpoint_and_scratch(curve_ru
     assert "--config.init=scratch" in glue[0]
     assert ["--config.checkpoint_step=5" in x for x in glue] == [False, True, False]
     assert len({x[3] for x in glue}) == 1  # one protocol
-    assert lines[-1][-4:] == ["--row", f"step10={out / 'step10'}", "--out",
+    assert lines[-1][-4:] == ["--trend", "scratch:step10@10", "--out",
                               "docs/results/why_pretraining"]
+    # The gap to scratch against log2(steps): "too few tokens" predicts it closes.
+    table = lines[-1]
+    assert [table[i + 1] for i, a in enumerate(table) if a in ("--row", "--trend")] == [
+        f"scratch={out / 'scratch'}", f"step5={out / 'step5'}", f"step10={out / 'step10'}",
+        "scratch:step5@5", "scratch:step10@10"]
+    assert "--trend_label checkpoint - scratch " in result.stdout  # echo drops the quotes
     assert not any("init_from_hf" in a for x in lines for a in x)  # no reference unasked
     # SCRATCH_LRS: scratch's own grid (a pretrained start wants 3-10x its rate, so one
     # grid that brackets both wastes runs at either end); the rest of the protocol stays.
