@@ -114,8 +114,8 @@ def bf16_agreement(quick: bool) -> dict[str, Any]:
 def speed(quick: bool) -> dict[str, Any]:
     size, batch, steps = ("micro", 8, 3) if quick else ("base", 64, 10)
     config = f"configs/pretrain.py:size={size},dtype=bfloat16,impl=fused,attention_dropout=0"
-    result = benchmark.benchmark(config, ["impl=einsum"], batch, 128, 20, steps,
-                                 2 if quick else 3, False, False, None, 0,
+    result = benchmark.benchmark(config, ["impl=einsum"], batch=batch, seq_len=128,
+                                 predictions=20, num_steps=steps, warmup=2 if quick else 3,
                                  device_masking=True)
     entries = {e["name"]: e for e in result["entries"]}
     fused, einsum = entries["ours"], entries["ours[impl=einsum]"]

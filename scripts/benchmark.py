@@ -1,48 +1,86 @@
-"""Train-step speed, memory and MFU of our BERT, optionally against Hugging Face's.
+"""Train-step speed, memory, compile time and MFU of our BERT, optionally against
+transformers' PyTorch BertForMaskedLM.
 
   python scripts/benchmark.py --config configs/pretrain.py:size=base --batch 8 --seq_len 128
   python scripts/benchmark.py --config configs/pretrain.py:size=base --batch 8 --seq_len 128 \
       --compare attention=talking_heads --steps 15 --json th_vs_mh.json
-  PYTHONPATH=. /tmp/hfvenv/bin/python scripts/benchmark.py --config configs/pretrain.py:size=base \
-      --batch 8 --seq_len 128 --vs_hf --dense_mlm --markdown perf.md
+  python scripts/benchmark.py --config configs/pretrain.py:size=base,dtype=bfloat16 \
+      --batch 256 --seq_len 128 --vs_torch --torch_compile --dense_mlm --budget_s 200 \
+      --json perf.json --markdown perf.md
 
 What is timed is the real jitted train step (training/steps.py with the
 optimizer of training/optimizer.py: AdamW, clipping, fp32 params), donated state,
 on one device, fed one synthetic batch that stays on the device: the number is
-the model and optimizer, not the input pipeline. Each entry is compiled and
-warmed up, then the entries take timed steps in turn (round robin), so a load
-change on a shared machine hits all of them alike; ratios against the first
-entry come from the same run, and `paired_step_time_ratio` is the median of
-per-round ratios, the number to trust when the machine is busy.
+the model and optimizer, not the input pipeline.
 
-Entries: the --config (first, the baseline of every ratio), each --compare,
-`--dense_mlm` (ours with MLM logits at every position, as HF's head computes
-them) and `--vs_hf` (transformers' FlaxBertForMaskedLM with BERT's sizes taken
-from --config; needs transformers 4.x, see docs/PERFORMANCE.md).
+One entry at a time: each entry is built (parameters and optimizer state on the
+device: `build_s`), lowered and compiled ahead of time (`jit(...).lower(...)
+.compile()`: `lower_s` and `compile_s`, apart from the first step), warmed up,
+timed, written to --json and --markdown (atomically: a run cut short keeps every
+entry that finished) and released, before the next entry is built. Nothing waits
+for all entries to be built.
+
+Paired ratios: the first entry (--config) stays built. Each later entry's timed
+steps alternate with steps of the first entry (first/entry, then entry/first, ...),
+so load changes on a shared machine hit both alike; `paired_step_time_ratio` is
+the median over those rounds of entry/first, the ratio to trust on a busy
+machine. `--nopaired` times each entry alone (the first entry's steps then run
+once, not once per entry). The first entry's own timed steps come first.
+
+Entries, in this order: the --config (first, the baseline of every ratio);
+`--torch_compile` and `--vs_torch` (transformers' PyTorch BertForMaskedLM at the
+config's sizes, under torch.compile and eager: scripts/torch_peer.py, imported only
+for these flags; the anchor of every `vs torch` ratio, so they come early); each
+--compare; `--device_masking` (ours fed unmasked rows, masking inside the step);
+`--dense_mlm` (ours with MLM logits at every position).
+
+MLM head: ours computes logits only at the B*P masked positions (the sparse
+head); `--dense_mlm` and the PyTorch peer compute them at all B*T positions, so
+`ours_dense_mlm` vs torch is the like-for-like ratio and `ours` vs torch includes
+the sparse head's saving. The table says which head each row has.
+
+Budget: `--budget_s` bounds the whole run. Before an entry starts, its cost is
+estimated as the longest finished entry of its kind (ours / torch eager / torch
+compiled), else the longest finished entry; an entry whose estimate exceeds the
+seconds left is skipped, printed and recorded under `skipped` with the reason. An
+entry's timed steps also stop once the budget is spent (at least 2; recorded as
+`timed_steps_cut_by_budget`). An entry that fails (out of memory, say) is recorded
+under `failed` and the run goes on; the first entry's failure ends the run.
 
 Memory: `compiled_bytes` is XLA's own plan for the step (arguments + outputs +
 temporaries - donated aliases, from memory_analysis()) on every backend; on GPU
 and TPU `device_peak_bytes` is memory_stats()['peak_bytes_in_use'] and on CPU
 `process_peak_rss_bytes` is the process high-water mark; both of those are
-process-wide peaks, monotone over the entries of one run.
+process-wide peaks, monotone over the entries of one run. The torch peer's
+`peak_memory_bytes` is torch.cuda.max_memory_allocated() since it was built on
+CUDA, and the process RSS high-water mark on CPU.
 
 MFU: the analytic train-step FLOPs of models/flops.py divided by the median step
-time and by the peak of training/hardware.py. On CPU that peak is hardware.py's
-measured fp32 matmul rate, taken once per round between the steps (median), so
-that on a shared machine numerator and denominator see the same load.
+time and by the peak of training/hardware.py. The torch peer's FLOPs are the
+dense-head count (train_step with MLM logits at all B*T positions), as for
+`ours_dense_mlm`, so its MFU is comparable (`flops_basis` says which count a row
+uses). On CPU the peak is hardware.py's measured fp32 matmul rate, taken once per
+round between the steps (median per entry), so that on a shared machine numerator
+and denominator see the same load.
+
+Compilation: main() turns on the persistent compilation cache
+(common/compile_cache.py; `--jax_cache`, default auto, `none` turns it off). A
+cached program's `compile_s` is a cache read, not a compile: pass
+`--jax_cache=none` to measure cold compiles.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
+import math
 import os
 import re
 import resource
 import statistics
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -51,16 +89,17 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from absl import app, flags
 
+from common import compile_cache
+from common.files import write_json_atomic, write_text_atomic
 from configs import pretrain as pretrain_configs
 from input_pipeline.device_masking import DeviceMasker
 from input_pipeline.tokenizer import SpecialIds
 from models import BertForMaskedLM, ModelConfig
 from models.flops import flop_count
 from training import hardware, steps
-from training.optimizer import make_optimizer, with_learning_rate
+from training.optimizer import make_optimizer
 
 FLAGS = flags.FLAGS
 
@@ -82,19 +121,33 @@ def define_flags() -> None:
                          "MLM targets per sequence (default: data.max_predictions_per_seq)")
     flags.DEFINE_integer("steps", 10, "timed steps per entry (the median is reported)")
     flags.DEFINE_integer("warmup", 3, "untimed steps per entry after compilation")
-    flags.DEFINE_bool("vs_hf", False, "add transformers' FlaxBertForMaskedLM (dense MLM loss)")
+    flags.DEFINE_bool("vs_torch", False,
+                      "add transformers' PyTorch BertForMaskedLM, eager (SDPA attention, bf16 "
+                      "autocast for dtype=bfloat16, AdamW fused on CUDA; MLM logits at all "
+                      "positions); needs torch and transformers")
+    flags.DEFINE_bool("torch_compile", False,
+                      "add the same PyTorch peer under torch.compile (with --vs_torch: both)")
     flags.DEFINE_bool("device_masking", False,
                       "add ours fed unmasked rows, masking inside the step (data.masking=device); "
                       "its ratio to the first entry is the masking's share of the step")
     flags.DEFINE_bool("dense_mlm", False,
-                      "add ours with MLM logits at every position (HF's workload, like for like)")
+                      "add ours with MLM logits at every position (the PyTorch peer's workload)")
+    flags.DEFINE_bool("paired", True,
+                      "alternate each later entry's timed steps with the first entry's")
+    flags.DEFINE_float("budget_s", None,
+                       "seconds for the whole run: an entry estimated not to fit in what is "
+                       "left is skipped (and recorded as skipped)")
+    flags.DEFINE_string("jax_cache", compile_cache.AUTO,
+                        "persistent compilation cache folder; auto: $JAX_COMPILATION_CACHE_DIR "
+                        "or the user cache; none: off (cold compiles)")
     flags.DEFINE_float("peak_flops", None, "peak FLOP/s per device for MFU; default: hardware.py")
-    flags.DEFINE_string("json", None, "write the results here as JSON")
+    flags.DEFINE_string("json", None, "write the results here as JSON (after every entry)")
     flags.DEFINE_string("markdown", None, "write the markdown table here (it is printed anyway)")
     flags.DEFINE_integer("seed", 0, "init, batch and dropout seed")
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TORCH_EAGER, TORCH_COMPILED = "torch_eager", "torch_compiled"
 
 
 class BenchmarkError(ValueError):
@@ -165,12 +218,18 @@ def optimizer_config(config: ml_collections.ConfigDict) -> ml_collections.Config
     return config.optimizer if "optimizer" in config else pretrain_configs.get_config().optimizer
 
 
+def schedule_steps(opt_cfg: ml_collections.ConfigDict) -> int:
+    """The schedule's length: it does not change a step's cost; only its shape must be valid."""
+    return max(int(opt_cfg.warmup_steps) + 1, 1000)
+
+
 # -- synthetic batch --------------------------------------------------------------------------
 def synthetic_batch(shapes: Shapes, vocab_size: int, seed: int) -> dict[str, np.ndarray]:
     """Random ids, no padding, `predictions` distinct masked positions per row (sorted).
 
     Holds both label layouts: sparse (masked_positions/ids/weights, (B, P)) for our
-    step and dense (labels/label_weights, (B, T), weight 1 at the same positions).
+    step and dense (labels/label_weights, (B, T), weight 1 at the same positions) for
+    ours with the dense head and the PyTorch peer.
     """
     rng = np.random.default_rng(seed)
     ids = rng.integers(1, vocab_size, (shapes.batch, shapes.seq_len), dtype=np.int32)
@@ -209,34 +268,84 @@ def our_batch(batch: dict[str, np.ndarray], dense: bool) -> dict[str, Any]:
 
 
 # -- entries -----------------------------------------------------------------------------------
+OURS, DENSE = "ours", "dense"  # flops_basis values: B*P MLM positions, or all B*T
+
+
+class JaxRunner:
+    """Our jitted step with its state and batch: compiled ahead of time by prepare()."""
+
+    def __init__(self, step_fn: Callable[[Any, Any], tuple[Any, Any]], state: Any, batch: Any):
+        self.step_fn = step_fn  # jitted, state donated
+        self.state = state
+        self.batch = batch
+        self.compiled: Any = None
+        self.metrics: Any = None
+
+    def prepare(self, warmup: int) -> dict[str, Any]:
+        """Lowers and compiles (timed apart), runs the first step and the warm-up."""
+        info: dict[str, Any] = {}
+        start = time.perf_counter()
+        lowered = self.step_fn.lower(self.state, self.batch)
+        info["lower_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        self.compiled = lowered.compile()
+        info["compile_s"] = time.perf_counter() - start
+        info.update(cost_analysis(self.compiled))
+        info["memory"] = memory_analysis(self.compiled)
+        info["hlo_op_counts"] = hlo_op_counts(self.compiled)
+        info["first_step_s"] = self.step()
+        info["loss_first_step"] = self.loss()
+        start = time.perf_counter()
+        for _ in range(max(warmup - 1, 0)):
+            self.step()
+        info["warmup_s"] = info["first_step_s"] + time.perf_counter() - start
+        return info
+
+    def step(self) -> float:
+        start = time.perf_counter()
+        self.state, self.metrics = self.compiled(self.state, self.batch)
+        jax.block_until_ready((self.state, self.metrics))
+        return time.perf_counter() - start
+
+    def loss(self) -> float:
+        m = self.metrics
+        return float(m["loss_sum"] / jnp.maximum(m["weight"], 1.0)) if m else float("nan")
+
+    def peak_memory_bytes(self) -> int | None:
+        return None  # device_peak_bytes / process RSS: process-wide, filled in by the caller
+
+    def close(self) -> None:
+        self.state = self.batch = self.compiled = self.metrics = None
+
+
 @dataclasses.dataclass
 class Entry:
-    """One thing to time: a jitted step, its state and batch, and what it should cost."""
+    """One thing to time: a runner (prepare, step, close) and what its step should cost."""
 
     name: str
     spec: str  # config spec or a description
-    step: Callable[[Any, Any], tuple[Any, Any]]  # jitted, state donated
-    state: Any
-    batch: Any
+    kind: str  # ours | torch_eager | torch_compiled
+    runner: Any
     flops: float  # analytic train-step FLOPs (models/flops.py)
+    flops_basis: str  # OURS (B*P MLM positions) or DENSE (all B*T positions)
     mlm_predictions: int  # positions the MLM head scores per step
     num_params: int
-    compiled: Any = None
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
     times: list[float] = dataclasses.field(default_factory=list)
+    first_entry_times: list[float] = dataclasses.field(default_factory=list)  # paired rounds
+    peaks: list[float] = dataclasses.field(default_factory=list)  # CPU: per-round matmul rate
 
 
 def count_params(params: Any) -> int:
     return int(sum(x.size for x in jax.tree.leaves(params)))
 
 
-def our_entry(name: str, spec: str, cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict,
-              shapes: Shapes, batch: dict[str, np.ndarray], seed: int, dense: bool,
-              device_masking: bool = False) -> Entry:
+def our_step(cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict, shapes: Shapes,
+             batch: dict[str, np.ndarray], seed: int, dense: bool,
+             device_masking: bool = False) -> tuple[Any, Callable[[jax.Array], Any], Any]:
+    """(jitted step with donated state, init_state(rng), the host batch it is fed)."""
     model = BertForMaskedLM(cfg)
-    # The schedule's length does not change the step's cost; only its shape must be valid.
-    total_steps = max(int(opt_cfg.warmup_steps) + 1, 1000)
-    optimizer, schedule = make_optimizer(opt_cfg, total_steps)
+    optimizer, schedule = make_optimizer(opt_cfg, schedule_steps(opt_cfg))
 
     def init_state(rng: jax.Array) -> dict[str, Any]:
         ids = jnp.zeros((1, shapes.seq_len), jnp.int32)
@@ -245,7 +354,6 @@ def our_entry(name: str, spec: str, cfg: ModelConfig, opt_cfg: ml_collections.Co
         return {"step": jnp.zeros((), jnp.int32), "params": params,
                 "opt_state": optimizer.init(params)}
 
-    state = jax.jit(init_state)(jax.random.key(seed))
     masker, fed = None, our_batch(batch, dense)
     if device_masking:
         # The host's whole share: unmasked rows and one stream id per row.
@@ -256,83 +364,114 @@ def our_entry(name: str, spec: str, cfg: ModelConfig, opt_cfg: ml_collections.Co
                                        np.zeros(shapes.batch), np.arange(shapes.batch)],
                                       axis=1).astype(np.int32)
     train_step = steps.make_train_step(model, optimizer, schedule, seed, masker=masker)
+    return jax.jit(train_step, donate_argnums=(0,)), init_state, fed
+
+
+def our_entry(name: str, spec: str, cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict,
+              shapes: Shapes, batch: dict[str, np.ndarray], seed: int, dense: bool,
+              device_masking: bool = False) -> Entry:
+    """Ours, built: parameters, optimizer state and batch on the device (not compiled)."""
+    step_fn, init_state, fed = our_step(cfg, opt_cfg, shapes, batch, seed, dense,
+                                        device_masking)
+    state = jax.block_until_ready(jax.jit(init_state)(jax.random.key(seed)))
     predictions = shapes.tokens if dense else shapes.batch * shapes.predictions
     return Entry(
-        name=name, spec=spec, step=jax.jit(train_step, donate_argnums=(0,)), state=state,
-        batch=jax.device_put(fed),
+        name=name, spec=spec, kind="ours",
+        runner=JaxRunner(step_fn, state, jax.block_until_ready(jax.device_put(fed))),
         flops=flop_count(cfg, shapes.seq_len).train_step(shapes.tokens, predictions),
-        mlm_predictions=predictions, num_params=count_params(state["params"]),
-        info={"model": cfg.to_dict()},
+        flops_basis=DENSE if dense else OURS, mlm_predictions=predictions,
+        num_params=count_params(state["params"]), info={"model": cfg.to_dict()},
     )
 
 
-def import_transformers_flax() -> Any:
-    """transformers, imported only for --vs_hf; one clear error where it has no Flax BERT."""
+def compile_seconds(cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict, shapes: Shapes,
+                    seed: int = 0) -> dict[str, float]:
+    """Lowering and compiling our step for `cfg` from abstract shapes (no state is built):
+    what a cold start pays before its first step (scripts/accelerator_check.py)."""
+    batch = synthetic_batch(shapes, cfg.vocab_size, seed)
+    step_fn, init_state, fed = our_step(cfg, opt_cfg, shapes, batch, seed, dense=False)
+    state = jax.eval_shape(init_state, jax.random.key(seed))
+    start = time.perf_counter()
+    lowered = step_fn.lower(state, jax.tree.map(jnp.asarray, fed))
+    lower_s = time.perf_counter() - start
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    out = {"lower_s": lower_s, "compile_s": time.perf_counter() - start}
+    out.update(memory_analysis(compiled))
+    return out
+
+
+def import_torch_peer() -> Any:
+    """scripts/torch_peer.py, imported only for --vs_torch/--torch_compile; one clear error
+    where torch or transformers is missing."""
     try:
-        import transformers
-        from transformers import FlaxBertForMaskedLM  # noqa: F401  (absent in transformers 5)
+        from scripts import torch_peer
     except ImportError as e:
-        raise BenchmarkError(
-            f"--vs_hf needs transformers 4.x with Flax classes (FlaxBertForMaskedLM): {e}. "
-            "transformers 5 dropped Flax; install 4.57.6 in its own venv, see "
-            "docs/PERFORMANCE.md") from e
-    return transformers
+        raise BenchmarkError(f"--vs_torch/--torch_compile need torch and transformers: {e}") from e
+    return torch_peer
 
 
-def hf_entry(cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict, shapes: Shapes,
-             batch: dict[str, np.ndarray], seed: int) -> Entry:
-    """transformers' FlaxBertForMaskedLM, trained the way its examples do (run_mlm_flax):
-    logits at every position, cross-entropy weighted by the label mask, same optax AdamW."""
-    transformers = import_transformers_flax()
-    BertConfig, FlaxBertForMaskedLM = transformers.BertConfig, transformers.FlaxBertForMaskedLM
-    if cfg.attention != "multi_head" or cfg.key_size or cfg.value_size:
-        raise BenchmarkError("--vs_hf compares standard BERT: the --config must be multi_head "
-                             "with key_size/value_size unset")
-    hf_config = BertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, intermediate_size=cfg.mlp_dim,
-        max_position_embeddings=cfg.max_position_embeddings, type_vocab_size=cfg.type_vocab_size,
-        hidden_dropout_prob=cfg.dropout_rate,
-        attention_probs_dropout_prob=cfg.attention_dropout_rate,
-        layer_norm_eps=cfg.layer_norm_eps, initializer_range=cfg.initializer_range,
-        hidden_act="gelu",  # exact GELU, as ours
-    )
-    hf_model = FlaxBertForMaskedLM(hf_config, input_shape=(1, shapes.seq_len), seed=seed,
-                                   dtype=jnp.float32)
-    total_steps = max(int(opt_cfg.warmup_steps) + 1, 1000)
-    optimizer, schedule = make_optimizer(opt_cfg, total_steps)
-    params = jax.tree.map(jnp.asarray, hf_model.params)
+def check_torch_peer(cfg: ModelConfig) -> None:
+    """Refuses a --config the PyTorch peer cannot stand beside (one line), before anything
+    is built."""
+    torch_peer = import_torch_peer()
+    try:
+        torch_peer.check_config(cfg)
+    except torch_peer.PeerError as e:
+        raise BenchmarkError(str(e)) from e
 
-    def loss_fn(params: Any, batch: dict[str, jax.Array], rng: jax.Array) -> jax.Array:
-        logits = hf_model(batch["input_ids"], attention_mask=batch["attention_mask"],
-                          token_type_ids=batch["token_type_ids"], params=params,
-                          dropout_rng=rng, train=True)[0]  # (B, T, vocab)
-        losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
-        weights = batch["label_weights"]
-        return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
 
-    def train_step(state: dict[str, Any], batch: dict[str, jax.Array]):
-        rng = jax.random.fold_in(jax.random.key(seed), state["step"])
-        loss, grads = jax.value_and_grad(loss_fn)(state["params"], batch, rng)
-        # The same optimizer and rate handling as training/steps.py, so both sides match.
-        opt_state = with_learning_rate(state["opt_state"], schedule(state["step"]))
-        updates, opt_state = optimizer.update(grads, opt_state, state["params"])
-        new_params = optax.apply_updates(state["params"], updates)
-        return ({"step": state["step"] + 1, "params": new_params, "opt_state": opt_state},
-                {"loss": loss, "learning_rate": schedule(state["step"])})
-
-    state = {"step": jnp.zeros((), jnp.int32), "params": params,
-             "opt_state": jax.jit(optimizer.init)(params)}
-    keys = ("input_ids", "token_type_ids", "attention_mask", "labels", "label_weights")
+def torch_entry(cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict, shapes: Shapes,
+                batch: dict[str, np.ndarray], seed: int, compile: bool) -> Entry:
+    """transformers' PyTorch BertForMaskedLM (scripts/torch_peer.py), built on the GPU
+    when torch sees one. Its head scores all B*T positions: dense-head FLOPs."""
+    torch_peer = import_torch_peer()
+    peer = torch_peer.TorchPeer(cfg, opt_cfg, batch, seed, compile=compile,
+                                total_steps=schedule_steps(opt_cfg))
+    mode = "torch.compile" if compile else "eager"
     return Entry(
-        name="hf_flax_bert", spec=f"transformers {transformers.__version__} FlaxBertForMaskedLM",
-        step=jax.jit(train_step, donate_argnums=(0,)), state=state,
-        batch=jax.device_put({k: batch[k] for k in keys}),
-        # HF's head scores every position; the pooler is absent (a rounding error here).
+        name=TORCH_COMPILED if compile else TORCH_EAGER,
+        spec=f"transformers {peer.info()['transformers']} BertForMaskedLM, torch "
+             f"{peer.info()['torch']} {mode}",
+        kind=TORCH_COMPILED if compile else TORCH_EAGER, runner=TorchRunner(peer),
+        # Its head scores every position; it has no pooler (ours: a rounding error here).
         flops=flop_count(cfg, shapes.seq_len).train_step(shapes.tokens, shapes.tokens),
-        mlm_predictions=shapes.tokens, num_params=count_params(params),
-        info={"transformers": transformers.__version__},
+        flops_basis=DENSE, mlm_predictions=shapes.tokens, num_params=peer.num_params,
+        info=peer.info(),
     )
+
+
+class TorchRunner:
+    """The PyTorch peer behind the runner interface. Eager: `compile_s` is None and the
+    first step is the warm-up's start; torch.compile: the first step compiles the forward
+    and backward graphs, so its seconds are recorded as `compile_s` too."""
+
+    def __init__(self, peer: Any):
+        self.peer = peer
+
+    def prepare(self, warmup: int) -> dict[str, Any]:
+        first = self.step()
+        info = {"first_step_s": first, "compile_s": first if self.peer.compiled else None,
+                "compile_note": ("first step, torch.compile's tracing and Inductor compile "
+                                 "included" if self.peer.compiled else "eager: nothing compiled"),
+                "loss_first_step": self.peer.loss()}
+        start = time.perf_counter()
+        for _ in range(max(warmup - 1, 0)):
+            self.step()
+        info["warmup_s"] = first + time.perf_counter() - start
+        return info
+
+    def step(self) -> float:
+        return self.peer.step()
+
+    def loss(self) -> float:
+        return self.peer.loss()
+
+    def peak_memory_bytes(self) -> int | None:
+        return self.peer.peak_memory_bytes()
+
+    def close(self) -> None:
+        self.peer.close()
 
 
 # -- measuring ---------------------------------------------------------------------------------
@@ -411,115 +550,279 @@ def progress(message: str) -> None:
     print(f"[benchmark] {message}", file=sys.stderr, flush=True)
 
 
-def run_step(entry: Entry) -> float:
-    start = time.perf_counter()
-    entry.state, metrics = entry.compiled(entry.state, entry.batch)
-    jax.block_until_ready((entry.state, metrics))
-    return time.perf_counter() - start
-
-
-def compile_and_warm(entry: Entry, warmup: int, device: jax.Device) -> None:
-    start = time.perf_counter()
-    entry.compiled = entry.step.lower(entry.state, entry.batch).compile()
-    entry.info["compile_s"] = time.perf_counter() - start
-    entry.info.update(cost_analysis(entry.compiled))
-    entry.info["memory"] = memory_analysis(entry.compiled)
-    entry.info["hlo_op_counts"] = hlo_op_counts(entry.compiled)
-    entry.info["first_step_s"] = run_step(entry)
-    for _ in range(max(warmup - 1, 0)):
-        run_step(entry)
-    entry.info["device_peak_bytes_after_warmup"] = device_peak_bytes(device)
-    progress(f"{entry.name}: compiled in {entry.info['compile_s']:.1f}s, first step "
-             f"{entry.info['first_step_s']:.2f}s")
-
-
 def measure_cpu_peak() -> float:
     """hardware.py's matmul measurement (best of 3 fp32 2048^3), uncached: the load changes."""
     return hardware.measured_matmul_flops.__wrapped__(2048, 3)
 
 
-def time_round_robin(entries: list[Entry], steps_per_entry: int,
-                     measure_peak: Callable[[], float] | None = None) -> list[float]:
-    """Each round runs one step of every entry, so slow spells of a shared machine are shared.
+# -- running, one entry at a time -------------------------------------------------------------
+@dataclasses.dataclass
+class Planned:
+    """An entry not built yet: `build()` puts it on the device."""
 
-    `measure_peak` (CPU) is called once per round too: the MFU denominator then sees
-    the same machine load as the steps. Returns its values.
-    """
-    peaks = []
-    for round_index in range(steps_per_entry):
-        for entry in entries:
-            entry.times.append(run_step(entry))
-        if measure_peak is not None:
-            peaks.append(measure_peak())
-        progress(f"round {round_index + 1}/{steps_per_entry}: "
-                 + ", ".join(f"{e.name} {e.times[-1]:.3f}s" for e in entries)
-                 + (f", matmul {peaks[-1] / 1e9:.1f} GFLOP/s" if peaks else ""))
-    return peaks
+    name: str
+    spec: str
+    kind: str  # ours | torch_eager | torch_compiled: budget estimates are per kind
+    build: Callable[[], Entry]
+
+
+@dataclasses.dataclass
+class Run:
+    """What one benchmark() call has so far: finished entries, skipped and failed ones."""
+
+    shapes: Shapes
+    num_steps: int
+    warmup: int
+    device: Any
+    paired: bool
+    measure_peak: Callable[[], float] | None
+    deadline: float | None  # time.perf_counter() value; None: no --budget_s
+    entries: list[Entry] = dataclasses.field(default_factory=list)
+    skipped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    failed: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def seconds_left(self) -> float:
+        return math.inf if self.deadline is None else self.deadline - time.perf_counter()
+
+    def estimate_s(self, kind: str) -> float | None:
+        """The longest finished entry of this kind, else the longest finished entry."""
+        same = [e.info["total_s"] for e in self.entries if e.kind == kind]
+        every = [e.info["total_s"] for e in self.entries]
+        return max(same or every) if every else None
+
+
+def skip_reason(run: Run, planned: Planned) -> str | None:
+    """Why `planned` is not started (None: it is), from the budget left."""
+    left = run.seconds_left()
+    if left == math.inf:
+        return None
+    if left <= 0:
+        return f"--budget_s spent ({-left:.0f}s over) before it started"
+    estimate = run.estimate_s(planned.kind)
+    if estimate is not None and estimate > left:
+        return (f"estimated {estimate:.0f}s (longest finished entry of its kind) "
+                f"exceeds the {left:.0f}s left of --budget_s")
+    return None
+
+
+def time_steps(run: Run, entry: Entry, base: Entry | None) -> None:
+    """`num_steps` timed steps of `entry`; with `base` (the first entry), each round runs
+    one step of each, the order alternating, so a load change hits both alike. Stops
+    early once the budget is spent (after at least 2 rounds)."""
+    for round_index in range(run.num_steps):
+        if run.seconds_left() <= 0 and round_index >= 2:
+            entry.info["timed_steps_cut_by_budget"] = True
+            break
+        if base is None:
+            entry.times.append(entry.runner.step())
+        elif round_index % 2 == 0:
+            entry.first_entry_times.append(base.runner.step())
+            entry.times.append(entry.runner.step())
+        else:
+            entry.times.append(entry.runner.step())
+            entry.first_entry_times.append(base.runner.step())
+        if run.measure_peak is not None:
+            entry.peaks.append(run.measure_peak())
+
+
+def run_entry(run: Run, planned: Planned) -> Entry:
+    """Builds, compiles, warms up and times one entry (the first stays built for pairing;
+    the caller releases the others). Its seconds are in entry.info."""
+    start = time.perf_counter()
+    entry = planned.build()
+    entry.info["build_s"] = time.perf_counter() - start
+    progress(f"{entry.name}: built in {entry.info['build_s']:.1f}s")
+    entry.info.update(entry.runner.prepare(run.warmup))
+    compiled = entry.info.get("compile_s")
+    progress(f"{entry.name}: "
+             + (f"lowered in {entry.info['lower_s']:.1f}s, " if "lower_s" in entry.info else "")
+             + (f"compiled in {compiled:.1f}s, " if compiled is not None else "")
+             + f"first step {entry.info['first_step_s']:.2f}s, "
+             f"warm-up {entry.info['warmup_s']:.2f}s")
+    base = run.entries[0] if run.entries and run.paired else None
+    time_steps(run, entry, base)
+    entry.info["loss_last_step"] = entry.runner.loss()
+    own = entry.runner.peak_memory_bytes()
+    if own is not None:
+        entry.info["peak_memory_bytes"] = own
+        entry.info["peak_memory_source"] = "torch.cuda.max_memory_allocated (this entry)"
+    elif run.device.platform != "cpu" and entry.kind == "ours":
+        entry.info["peak_memory_bytes"] = device_peak_bytes(run.device)
+        entry.info["peak_memory_source"] = "jax peak_bytes_in_use (process-wide, monotone)"
+    else:
+        entry.info["peak_memory_bytes"] = process_peak_rss_bytes()
+        entry.info["peak_memory_source"] = "process RSS high-water mark (monotone)"
+    entry.info["total_s"] = time.perf_counter() - start
+    median = statistics.median(entry.times)
+    progress(f"{entry.name}: median step {median:.4f}s over {len(entry.times)} steps, "
+             f"{run.shapes.tokens / median:.0f} tokens/s, loss {entry.info['loss_last_step']:.3f}; "
+             f"{entry.info['total_s']:.1f}s in all")
+    return entry
+
+
+def entry_peak(entry: Entry, peak: float) -> float:
+    return statistics.median(entry.peaks) if entry.peaks else peak
 
 
 def summarize(entries: list[Entry], shapes: Shapes, peak: float) -> list[dict[str, Any]]:
+    """One JSON row per finished entry; ratios against the first entry, and against each
+    torch peer's throughput (`throughput_vs_<peer>`)."""
     base = entries[0]
+    base_median = statistics.median(base.times)
     rows = []
     for entry in entries:
         median = statistics.median(entry.times)
-        paired = [t / b for t, b in zip(entry.times, base.times, strict=True)]
+        peak_e = entry_peak(entry, peak)
+        paired = ([t / b for t, b in zip(entry.times, entry.first_entry_times, strict=True)]
+                  if entry.first_entry_times else [])
         rows.append({
             "name": entry.name,
             "spec": entry.spec,
+            "kind": entry.kind,
             "num_params": entry.num_params,
             "mlm_predictions_per_step": entry.mlm_predictions,
+            "mlm_head": ("sparse: logits at the B*P masked positions"
+                         if entry.flops_basis == OURS else "dense: logits at all B*T positions"),
             "step_time_median_s": median,
             "step_time_min_s": min(entry.times),
             "step_time_max_s": max(entry.times),
             "step_time_mean_s": statistics.fmean(entry.times),
             "step_times_s": entry.times,
+            "timed_steps": len(entry.times),
             "tokens_per_s": shapes.tokens / median,
             "flops_per_step": entry.flops,
+            "flops_basis": ("models/flops.py train_step(B*T, B*P): sparse head"
+                            if entry.flops_basis == OURS else
+                            "models/flops.py train_step(B*T, B*T): dense head, all positions"),
             "achieved_flops_per_s": entry.flops / median,
-            "mfu": entry.flops / median / peak,
+            "peak_flops_per_s": peak_e,
+            "mfu": entry.flops / median / peak_e,
+            "peak_flops_per_round": entry.peaks,
             # Ratios against the first entry; paired = median over rounds of the per-round ratio.
-            "step_time_ratio": median / statistics.median(base.times),
-            "throughput_ratio": statistics.median(base.times) / median,
-            "paired_step_time_ratio": statistics.median(paired),
+            "step_time_ratio": median / base_median,
+            "throughput_ratio": base_median / median,
+            "paired_step_time_ratio": statistics.median(paired) if paired else 1.0,
+            "first_entry_step_times_s": entry.first_entry_times,
             **entry.info,
         })
+    for peer in [r for r in rows if r["kind"] != "ours"]:
+        for row in rows:
+            row[f"throughput_vs_{peer['name']}"] = (peer["step_time_median_s"]
+                                                   / row["step_time_median_s"])
     return rows
 
 
+def vs_torch_ratios(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """{peer: {entry: entry's throughput / peer's}} (> 1: the entry is faster), by medians
+    and through the first entry's paired ratios (the peer's over the entry's)."""
+    by_medians: dict[str, Any] = {}
+    paired: dict[str, Any] = {}
+    for peer in [r for r in rows if r["kind"] != "ours"]:
+        by_medians[peer["name"]] = {r["name"]: r[f"throughput_vs_{peer['name']}"] for r in rows
+                                    if r is not peer}
+        paired[peer["name"]] = {r["name"]: peer["paired_step_time_ratio"]
+                                / r["paired_step_time_ratio"] for r in rows if r is not peer}
+    return by_medians, paired
+
+
+def finite(value: Any) -> Any:
+    """NaN and infinities as None: the JSON stays strict (common/files.py)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
 def markdown_table(result: dict[str, Any]) -> str:
-    """One row per entry; ratios are against the first row, from the same process."""
+    """One row per finished entry; ratios are against the first row, from the same process."""
+    peers = [r["name"] for r in result["entries"] if r["kind"] != "ours"]
     lines = [
-        f"batch {result['batch']} x seq_len {result['seq_len']}, "
-        f"{result['steps']} timed steps after {result['warmup']} warm-up, device "
-        f"{result['device']}, peak {result['peak_flops_per_s'] / 1e9:.1f} GFLOP/s "
+        f"batch {result['batch']} x seq_len {result['seq_len']}, {result['predictions']} MLM "
+        f"targets per sequence, {result['steps']} timed steps after {result['warmup']} warm-up, "
+        f"device {result['device']}, peak {result['peak_flops_per_s'] / 1e9:.1f} GFLOP/s "
         f"({result['peak_flops_source']}); 1-min load average "
         f"{result['load_average_1min']['start']:.1f} at start, "
         f"{result['load_average_1min']['end']:.1f} at end",
         "",
-        "| entry | MLM positions | median step (s) | min-max (s) | tokens/s | step time vs "
-        "first (paired) | throughput vs first | GFLOP/step | GFLOP/s | MFU | XLA plan (GiB) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| entry | MLM logits at | build (s) | lower+compile (s) | median step (s) | min-max (s) "
+        "| tokens/s | step time vs first (paired) | GFLOP/step | MFU | XLA plan (GiB) "
+        "| peak (GiB) |" + "".join(f" throughput vs {p} |" for p in peers),
+        "|---" * (12 + len(peers)) + "|",
     ]
     for r in result["entries"]:
         memory = r.get("memory", {}).get("compiled_bytes")
+        peak = r.get("peak_memory_bytes")
+        if r["kind"] == "ours":
+            compile_cell = f"{r.get('lower_s', 0) + r.get('compile_s', 0):.1f}"
+        else:
+            compile_cell = "-" if r.get("compile_s") is None else f"{r['compile_s']:.1f} (1st step)"
+        where = (f"B*P={r['mlm_predictions_per_step']} (sparse head)" if r["flops_basis"].endswith(
+            "sparse head") else f"B*T={r['mlm_predictions_per_step']} (all positions)")
         lines.append(
-            f"| {r['name']} | {r['mlm_predictions_per_step']} | {r['step_time_median_s']:.3f} | "
-            f"{r['step_time_min_s']:.3f}-{r['step_time_max_s']:.3f} | {r['tokens_per_s']:.0f} | "
+            f"| {r['name']} | {where} | {r['build_s']:.1f} | {compile_cell} | "
+            f"{r['step_time_median_s']:.4f} | "
+            f"{r['step_time_min_s']:.4f}-{r['step_time_max_s']:.4f} | {r['tokens_per_s']:.0f} | "
             f"{r['step_time_ratio']:.3f} ({r['paired_step_time_ratio']:.3f}) | "
-            f"{r['throughput_ratio']:.3f} | {r['flops_per_step'] / 1e9:.1f} | "
-            f"{r['achieved_flops_per_s'] / 1e9:.1f} | {100 * r['mfu']:.1f}% | "
-            f"{'-' if memory is None else f'{memory / 2**30:.2f}'} |")
-    return "\n".join(lines)
+            f"{r['flops_per_step'] / 1e9:.4g} | {100 * r['mfu']:.1f}% | "
+            f"{'-' if memory is None else f'{memory / 2**30:.2f}'} | "
+            f"{'-' if peak is None else f'{peak / 2**30:.2f}'} |"
+            + "".join(f" {r[f'throughput_vs_{p}']:.3f} |" for p in peers))
+    notes = ["", "MLM logits at: `ours` scores only the B*P masked positions (the sparse head); "
+             "`ours_dense_mlm` and transformers' BertForMaskedLM (torch_*) score all B*T "
+             "positions, and their MFU counts those dense-head FLOPs. Peak: torch rows "
+             "torch.cuda.max_memory_allocated on CUDA; ours the process-wide device peak "
+             "(GPU/TPU) or process RSS (CPU), monotone over the run."]
+    notes += [f"- skipped {s['name']}: {s['reason']}" for s in result["skipped"]]
+    notes += [f"- failed {f['name']}: {f['error']}" for f in result["failed"]]
+    return "\n".join(lines + notes)
+
+
+def planned_entries(specs: list[str], names: list[str], configs: list[Any],
+                    model_cfgs: list[ModelConfig], shapes: Shapes, data: dict[str, np.ndarray],
+                    seed: int, *, vs_torch: bool, torch_compile: bool, device_masking: bool,
+                    dense_mlm: bool) -> list[Planned]:
+    """The entries in the order they run (see the module docstring)."""
+    first_cfg, first_opt = model_cfgs[0], optimizer_config(configs[0])
+    plan = [Planned(names[0], specs[0], "ours", lambda: our_entry(
+        names[0], specs[0], first_cfg, first_opt, shapes, data, seed, False))]
+    for compiled in [True] * torch_compile + [False] * vs_torch:
+        plan.append(Planned(TORCH_COMPILED if compiled else TORCH_EAGER,
+                            "transformers BertForMaskedLM", TORCH_COMPILED if compiled
+                            else TORCH_EAGER, lambda c=compiled: torch_entry(
+                                first_cfg, first_opt, shapes, data, seed, c)))
+    for name, spec, cfg, c in zip(names[1:], specs[1:], model_cfgs[1:], configs[1:], strict=True):
+        plan.append(Planned(name, spec, "ours", lambda n=name, s=spec, m=cfg, c=c: our_entry(
+            n, s, m, optimizer_config(c), shapes, data, seed, False)))
+    if device_masking:
+        plan.append(Planned("ours_device_masking", specs[0], "ours", lambda: our_entry(
+            "ours_device_masking", specs[0], first_cfg, first_opt, shapes, data, seed, False,
+            device_masking=True)))
+    if dense_mlm:
+        plan.append(Planned("ours_dense_mlm", specs[0], "ours", lambda: our_entry(
+            "ours_dense_mlm", specs[0], first_cfg, first_opt, shapes, data, seed, True)))
+    return plan
 
 
 # -- entry point ---------------------------------------------------------------------------------
-def benchmark(config: str, compare: list[str], batch: int | None, seq_len: int | None,
-              predictions: int | None, num_steps: int, warmup: int, vs_hf: bool,
-              dense_mlm: bool, peak_flops: float | None, seed: int,
-              device_masking: bool = False) -> dict[str, Any]:
-    """Builds every entry, times them round robin, returns the JSON-ready result."""
+def benchmark(config: str, compare: list[str] = (), *, batch: int | None = None,
+              seq_len: int | None = None, predictions: int | None = None, num_steps: int = 10,
+              warmup: int = 3, dense_mlm: bool = False, device_masking: bool = False,
+              vs_torch: bool = False, torch_compile: bool = False,
+              peak_flops: float | None = None, seed: int = 0, paired: bool = True,
+              budget_s: float | None = None, json_path: str | None = None,
+              markdown_path: str | None = None,
+              header: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Runs the entries one at a time (module docstring) and returns the JSON-ready
+    result; --json/--markdown are rewritten after every entry."""
+    start = time.perf_counter()
     if num_steps <= 0 or warmup < 0:
         raise BenchmarkError(f"--steps={num_steps} must be > 0 and --warmup={warmup} >= 0")
+    if budget_s is not None and budget_s <= 0:
+        raise BenchmarkError(f"--budget_s={budget_s} must be > 0")
+    compare = list(compare)
     specs = entry_specs(config, compare)
     configs = [load_config(s) for s in specs]
     shapes = resolve_shapes(configs[0], batch, seq_len, predictions)
@@ -530,86 +833,109 @@ def benchmark(config: str, compare: list[str], batch: int | None, seq_len: int |
                                  f"max_position_embeddings={cfg.max_position_embeddings}")
     if len({cfg.vocab_size for cfg in model_cfgs}) != 1:
         raise BenchmarkError("every entry needs the same model.vocab_size (one synthetic batch)")
-    if vs_hf:
-        import_transformers_flax()  # fail before anything is built
+    if vs_torch or torch_compile:
+        check_torch_peer(model_cfgs[0])  # refuse before anything is built
     data = synthetic_batch(shapes, model_cfgs[0].vocab_size, seed)
     device = jax.devices()[0]
     load_before = os.getloadavg()  # other processes' CPU demand shows in the times
 
-    entries = []
-    names = ["ours"] + [f"ours[{extra}]" for extra in compare]
-    for name, spec, cfg, c in zip(names, specs, model_cfgs, configs, strict=True):
-        entries.append(our_entry(name, spec, cfg, optimizer_config(c), shapes, data, seed, False))
-    if device_masking:
-        entries.append(our_entry("ours_device_masking", specs[0], model_cfgs[0],
-                                 optimizer_config(configs[0]), shapes, data, seed, False,
-                                 device_masking=True))
-    if dense_mlm:
-        entries.append(our_entry("ours_dense_mlm", specs[0], model_cfgs[0],
-                                 optimizer_config(configs[0]), shapes, data, seed, True))
-    if vs_hf:
-        entries.append(hf_entry(model_cfgs[0], optimizer_config(configs[0]), shapes, data, seed))
-
-    for entry in entries:
-        compile_and_warm(entry, warmup, device)
-    measure_peak = measure_cpu_peak if not peak_flops and device.platform == "cpu" else None
-    peaks = time_round_robin(entries, num_steps, measure_peak)
-
     if peak_flops:
         peak, source = peak_flops, "--peak_flops"
-    elif peaks:
-        peak = statistics.median(peaks)
-        source = "median over rounds of a measured 2048^3 fp32 matmul, same load as the steps"
+    elif device.platform == "cpu":
+        peak, source = None, ("median of a 2048^3 fp32 matmul measured once per round between "
+                              "the steps (same load as the steps)")
     else:
         peak, source = hardware.peak_flops_per_device(device), f"{device.device_kind} bf16 peak"
-    result: dict[str, Any] = {
-        "batch": shapes.batch, "seq_len": shapes.seq_len, "predictions": shapes.predictions,
-        "tokens_per_step": shapes.tokens, "steps": num_steps, "warmup": warmup,
-        "device": f"{device.platform}:{device.device_kind}", "cpu_count": os.cpu_count(),
-        "jax": jax.__version__, "peak_flops_per_s": peak, "peak_flops_source": source,
-        "peak_flops_per_round": peaks,
-        "load_average_1min": {"start": load_before[0], "end": os.getloadavg()[0]},
-        "process_peak_rss_bytes": process_peak_rss_bytes(),
-        "device_peak_bytes": device_peak_bytes(device),
-        "entries": summarize(entries, shapes, peak),
-    }
-    by_name = {r["name"]: r for r in result["entries"]}
-    if "hf_flax_bert" in by_name:
-        hf = by_name["hf_flax_bert"]
-        # Ours / HF throughput, same shapes, same run (> 1: ours is faster).
-        result["vs_hf"] = {
-            name: hf["step_time_median_s"] / r["step_time_median_s"]
-            for name, r in by_name.items() if name != "hf_flax_bert"}
-        # The same ratio round by round (median): robust to load that drifts during the run.
-        result["vs_hf_paired"] = {
-            name: statistics.median(h / t for h, t in zip(hf["step_times_s"], r["step_times_s"],
-                                                            strict=True))
-            for name, r in by_name.items() if name != "hf_flax_bert"}
-    return result
+    run = Run(shapes=shapes, num_steps=num_steps, warmup=warmup, device=device, paired=paired,
+              measure_peak=measure_cpu_peak if peak is None else None,
+              deadline=None if budget_s is None else start + budget_s)
+    names = ["ours"] + [f"ours[{extra}]" for extra in compare]
+    plan = planned_entries(specs, names, configs, model_cfgs, shapes, data, seed,
+                           vs_torch=vs_torch, torch_compile=torch_compile,
+                           device_masking=device_masking, dense_mlm=dense_mlm)
+
+    def result() -> dict[str, Any]:
+        all_peaks = [p for e in run.entries for p in e.peaks]
+        used_peak = peak if peak is not None else (statistics.median(all_peaks) if all_peaks
+                                                   else math.nan)
+        out: dict[str, Any] = {
+            **(header or {}),
+            "batch": shapes.batch, "seq_len": shapes.seq_len, "predictions": shapes.predictions,
+            "tokens_per_step": shapes.tokens, "steps": num_steps, "warmup": warmup,
+            "paired": paired, "budget_s": budget_s,
+            "device": f"{device.platform}:{device.device_kind}", "cpu_count": os.cpu_count(),
+            "jax": jax.__version__, "peak_flops_per_s": used_peak, "peak_flops_source": source,
+            "load_average_1min": {"start": load_before[0], "end": os.getloadavg()[0]},
+            "process_peak_rss_bytes": process_peak_rss_bytes(),
+            "device_peak_bytes": device_peak_bytes(device),
+            "planned": [p.name for p in plan],
+            "entries": summarize(run.entries, shapes, used_peak) if run.entries else [],
+            "skipped": run.skipped, "failed": run.failed,
+            "seconds": time.perf_counter() - start,
+        }
+        out["vs_torch"], out["vs_torch_paired"] = vs_torch_ratios(out["entries"])
+        return finite(out)
+
+    def write() -> dict[str, Any]:
+        current = result()
+        if json_path:
+            write_json_atomic(json_path, current)
+        if markdown_path and current["entries"]:
+            write_text_atomic(markdown_path, markdown_table(current) + "\n")
+        return current
+
+    write()
+    for planned in plan:
+        reason = skip_reason(run, planned) if run.entries else None
+        if reason is not None:
+            progress(f"{planned.name}: skipped: {reason}")
+            run.skipped.append({"name": planned.name, "spec": planned.spec, "reason": reason})
+            write()
+            continue
+        try:
+            entry = run_entry(run, planned)
+        except Exception as e:  # noqa: BLE001 - recorded; the other entries still run
+            if not run.entries:
+                raise
+            traceback.print_exc()
+            progress(f"{planned.name}: failed: {type(e).__name__}: {e}")
+            run.failed.append({"name": planned.name, "spec": planned.spec,
+                               "error": f"{type(e).__name__}: {e}"[:2000]})
+            write()
+            continue
+        run.entries.append(entry)
+        if len(run.entries) > 1 or not paired:
+            entry.runner.close()  # the first entry stays built for the paired rounds
+        write()
+    if run.entries:
+        run.entries[0].runner.close()
+    return write()
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    if FLAGS.vs_torch or FLAGS.torch_compile:
+        # JAX takes 75% of a GPU's memory at its start by default; the peer needs its share.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    cache = compile_cache.enable(FLAGS.jax_cache)
     try:
-        result = benchmark(FLAGS.config, FLAGS.compare, FLAGS.batch, FLAGS.seq_len,
-                           FLAGS.predictions, FLAGS.steps, FLAGS.warmup, FLAGS.vs_hf,
-                           FLAGS.dense_mlm, FLAGS.peak_flops, FLAGS.seed,
-                           FLAGS.device_masking)
+        result = benchmark(
+            FLAGS.config, FLAGS.compare, batch=FLAGS.batch, seq_len=FLAGS.seq_len,
+            predictions=FLAGS.predictions, num_steps=FLAGS.steps, warmup=FLAGS.warmup,
+            dense_mlm=FLAGS.dense_mlm, device_masking=FLAGS.device_masking,
+            vs_torch=FLAGS.vs_torch, torch_compile=FLAGS.torch_compile,
+            peak_flops=FLAGS.peak_flops, seed=FLAGS.seed, paired=FLAGS.paired,
+            budget_s=FLAGS.budget_s, json_path=FLAGS.json, markdown_path=FLAGS.markdown,
+            header={"jax_cache": cache})
     except (BenchmarkError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
-    table = markdown_table(result)
-    print(table)
-    for name, ratio in result.get("vs_hf", {}).items():
-        print(f"{name} vs hf_flax_bert: {ratio:.3f}x throughput "
-              f"(paired per round: {result['vs_hf_paired'][name]:.3f}x)")
-    if FLAGS.markdown:
-        with open(FLAGS.markdown, "w") as f:
-            f.write(table + "\n")
-    if FLAGS.json:
-        with open(FLAGS.json, "w") as f:
-            json.dump(result, f, indent=2, default=str)
+    print(markdown_table(result) if result["entries"] else "no entry finished")
+    for peer, ratios in result["vs_torch"].items():
+        for name, ratio in ratios.items():
+            print(f"{name} vs {peer}: {ratio:.3f}x throughput (paired through the first "
+                  f"entry: {result['vs_torch_paired'][peer][name]:.3f}x)")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
-"""scripts/benchmark.py end to end on a one-layer model: fields, finiteness, FLOPs. No timing."""
+"""scripts/benchmark.py end to end on a one-layer model: fields, finiteness, FLOPs, one
+entry at a time (its JSON written before the next starts), --budget_s, and the PyTorch
+peer (scripts/torch_peer.py) at tiny size on the CPU. No timing is asserted."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 
 import jax
 import pytest
@@ -53,30 +56,131 @@ def run_main(tmp_path, benchmark_flags):
     return run
 
 
+@pytest.fixture
+def one_torch_thread():
+    """The peer's steps are ~3 ms with one thread; with two on a loaded 2-core machine
+    OpenMP's spinning makes them 100x slower."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.slow
-def test_main_writes_finite_results_and_flops_from_models_flops(run_main, tmp_path):
-    result = run_main("--compare=attention=talking_heads")
-    assert [e["name"] for e in result["entries"]] == ["ours", "ours[attention=talking_heads]"]
+def test_main_writes_finite_results_and_flops_from_models_flops(run_main, tmp_path,
+                                                                one_torch_thread):
+    result = run_main("--compare=attention=talking_heads", "--vs_torch")
+    # The torch peer comes right after the first entry (the anchor of the vs-torch ratios).
+    assert [e["name"] for e in result["entries"]] == [
+        "ours", "torch_eager", "ours[attention=talking_heads]"]
     assert result["tokens_per_step"] == BATCH * SEQ_LEN
+    assert result["skipped"] == [] and result["failed"] == []
     for entry in result["entries"]:
         for key in ("step_time_median_s", "tokens_per_s", "mfu", "achieved_flops_per_s",
-                    "step_time_ratio", "paired_step_time_ratio", "xla_flops"):
+                    "step_time_ratio", "paired_step_time_ratio", "build_s", "first_step_s",
+                    "total_s", "throughput_vs_torch_eager"):
             assert math.isfinite(entry[key]) and entry[key] > 0, (entry["name"], key)
         assert len(entry["step_times_s"]) == 2
-        assert entry["memory"]["compiled_bytes"] > 0
-        assert entry["hlo_op_counts"]["dots"] > 0
         assert entry["mfu"] == pytest.approx(entry["flops_per_step"]
                                              / entry["step_time_median_s"] / 1e11)
-    assert result["entries"][0]["step_time_ratio"] == 1.0
+    ours, peer, talking = result["entries"]
+    assert ours["step_time_ratio"] == 1.0 and ours["first_entry_step_times_s"] == []
+    for entry in (ours, talking):  # AOT: lowering and compiling timed apart from the 1st step
+        assert entry["lower_s"] > 0 and entry["compile_s"] > 0 and entry["xla_flops"] > 0
+        assert entry["memory"]["compiled_bytes"] > 0
+        assert entry["hlo_op_counts"]["dots"] > 0
+    # Paired: each later entry's steps alternate with the first entry's.
+    assert len(talking["first_entry_step_times_s"]) == len(peer["first_entry_step_times_s"]) == 2
 
-    # The FLOPs are models/flops.py's for the same config, the MLM head over B*P targets.
+    # The FLOPs are models/flops.py's for the same config, the MLM head over B*P targets;
+    # the peer's head scores all B*T positions, and its FLOPs (its MFU) count that.
     tokens, targets = BATCH * SEQ_LEN, BATCH * PREDICTIONS
-    expected = [flop_count(model_config(), SEQ_LEN).train_step(tokens, targets),
-                flop_count(model_config("attention=talking_heads"), SEQ_LEN).train_step(
-                    tokens, targets)]
-    assert [e["flops_per_step"] for e in result["entries"]] == expected
-    assert expected[1] > expected[0]  # talking heads' mixing is counted
-    assert "| ours[attention=talking_heads] |" in (tmp_path / "bench.md").read_text()
+    assert ours["flops_per_step"] == flop_count(model_config(), SEQ_LEN).train_step(
+        tokens, targets)
+    assert talking["flops_per_step"] == flop_count(
+        model_config("attention=talking_heads"), SEQ_LEN).train_step(tokens, targets)
+    assert talking["flops_per_step"] > ours["flops_per_step"]  # talking heads' mixing counted
+    assert peer["flops_per_step"] == flop_count(model_config(), SEQ_LEN).train_step(
+        tokens, tokens)
+    assert peer["flops_basis"].endswith("all positions") and peer["compile_s"] is None
+    # Both sides start from BERT's init on the same targets: the loss is near ln(vocab).
+    for entry in (ours, peer):
+        assert abs(entry["loss_first_step"] - math.log(128)) < 0.3, entry["name"]
+    assert result["vs_torch"]["torch_eager"]["ours"] == pytest.approx(
+        peer["step_time_median_s"] / ours["step_time_median_s"])
+    table = (tmp_path / "bench.md").read_text()
+    assert "| ours[attention=talking_heads] | B*P=6 (sparse head) |" in table
+    assert "| torch_eager | B*T=32 (all positions) |" in table
+
+
+def test_each_entry_is_written_before_the_next_starts_and_the_budget_skips(tmp_path,
+                                                                        monkeypatch):
+    """Three entries of one program (the later two compile from the test session's
+    cache): when the second starts, --json already holds the first; the second is then
+    made to look expensive, and the third, estimated not to fit, is skipped and recorded."""
+    out = tmp_path / "bench.json"
+    seen = []
+    run_entry = benchmark.run_entry
+
+    def watched(run, planned):
+        on_disk = json.loads(out.read_text())
+        seen.append((planned.name, [e["name"] for e in on_disk["entries"]]))
+        entry = run_entry(run, planned)
+        if planned.name == "ours[vocab=128]":
+            entry.info["total_s"] = 1e6  # the estimate for the next "ours" entry
+        return entry
+
+    monkeypatch.setattr(benchmark, "run_entry", watched)
+    result = benchmark.benchmark(
+        CONFIG, ["vocab=128", "dropout=0"], batch=BATCH, seq_len=SEQ_LEN,
+        predictions=PREDICTIONS, num_steps=2, warmup=1, peak_flops=1e11, budget_s=3600,
+        json_path=str(out), markdown_path=str(tmp_path / "bench.md"))
+    assert seen == [("ours", []), ("ours[vocab=128]", ["ours"])]
+    on_disk = json.loads(out.read_text())
+    assert [e["name"] for e in on_disk["entries"]] == ["ours", "ours[vocab=128]"]
+    assert on_disk["planned"] == ["ours", "ours[vocab=128]", "ours[dropout=0]"]
+    [skipped] = on_disk["skipped"]
+    assert skipped["name"] == "ours[dropout=0]" and "exceeds" in skipped["reason"]
+    assert "--budget_s" in skipped["reason"]
+    assert on_disk == result
+    assert "skipped ours[dropout=0]: estimated" in (tmp_path / "bench.md").read_text()
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]  # no temporary left
+
+
+def test_torch_peer_trains_on_our_positions_and_starts_near_ln_vocab(one_torch_thread):
+    from scripts import torch_peer
+
+    cfg = model_config()
+    batch = benchmark.synthetic_batch(SHAPES, cfg.vocab_size, seed=0)
+    opt = benchmark.optimizer_config(pretrain.get_config(ARGS))
+    peer = torch_peer.TorchPeer(cfg, opt, batch, seed=0)
+    labels = peer.inputs["labels"].numpy()
+    for row in range(BATCH):  # targets exactly at our masked positions, -100 elsewhere
+        positions = batch["masked_positions"][row]
+        assert (labels[row, positions] == batch["masked_ids"][row]).all()
+        assert (labels[row] != -100).sum() == PREDICTIONS
+    assert peer.info()["attn_implementation"] == "sdpa" and not peer.info()["autocast_bf16"]
+    config = peer.model.config
+    assert (config.vocab_size, config.hidden_size, config.num_hidden_layers,
+            config.num_attention_heads, config.intermediate_size, config.hidden_act) == (
+        cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.mlp_dim, "gelu")
+    seconds = [peer.step() for _ in range(3)]
+    assert all(s > 0 for s in seconds)
+    assert abs(peer.loss() - math.log(cfg.vocab_size)) < 0.3  # BERT's init: near uniform
+    peer.close()
+
+
+def test_vs_torch_refuses_a_config_that_is_not_multi_head(run_main, capsys):
+    for extra in ("attention=talking_heads", "key_size=8"):
+        with pytest.raises(benchmark.BenchmarkError, match="multi_head"):
+            benchmark.benchmark(f"{CONFIG},{extra}", vs_torch=True, batch=BATCH,
+                                seq_len=SEQ_LEN, predictions=PREDICTIONS)
+    with pytest.raises(SystemExit) as exit_info:
+        run_main("--torch_compile", f"--config={CONFIG},attention=talking_heads")
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "attention=multi_head" in err
 
 
 @pytest.mark.slow
@@ -89,26 +193,9 @@ def test_dense_mlm_entry_scores_every_position_and_counts_its_flops():
     assert entry.mlm_predictions == tokens
     assert entry.flops == flop_count(cfg, SEQ_LEN).train_step(tokens, tokens)
     # Traced, not compiled: the (B, T) labels go through training/steps.py unchanged.
-    _, metrics = jax.eval_shape(entry.step, entry.state, entry.batch)
+    runner = entry.runner
+    _, metrics = jax.eval_shape(runner.step_fn, runner.state, runner.batch)
     assert metrics["loss_sum"].shape == ()
-
-
-def test_vs_hf_needs_flax_bert_or_says_how_to_get_it():
-    cfg = model_config()
-    batch = benchmark.synthetic_batch(SHAPES, cfg.vocab_size, seed=0)
-    opt = benchmark.optimizer_config(pretrain.get_config(ARGS))
-    try:
-        from transformers import FlaxBertForMaskedLM  # noqa: F401
-    except ImportError:
-        with pytest.raises(benchmark.BenchmarkError, match="transformers 4"):
-            benchmark.hf_entry(cfg, opt, SHAPES, batch, 0)
-        return
-    # In the HF venv (docs/PERFORMANCE.md): the HF step traces on the same batch and its
-    # FLOPs count the MLM head at every position, as its head computes them.
-    entry = benchmark.hf_entry(cfg, opt, SHAPES, batch, 0)
-    assert entry.flops == flop_count(cfg, SEQ_LEN).train_step(BATCH * SEQ_LEN, BATCH * SEQ_LEN)
-    _, metrics = jax.eval_shape(entry.step, entry.state, entry.batch)
-    assert metrics["loss"].shape == ()
 
 
 def test_synthetic_batch_dense_labels_match_sparse_targets():
