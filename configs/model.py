@@ -57,6 +57,7 @@ MODEL_ARGS: dict[str, str] = {
     "attention_dropout": "attention_dropout_rate",
     "dtype": "dtype",
     "sparse_final": "sparse_final_layer",
+    "scan": "scan_layers",  # true | false: the layers as one scanned layer (stacked params)
     "init_std": "initializer_range",
     **{arg: f"{name}.{field}" for name, variant in registry.with_settings().items()
        for arg, field in variant.short_args.items()},

@@ -1,5 +1,6 @@
 """BERT built from the attention registry; see models/bert.py for the parameter tree."""
 
+from models import layout
 from models.bert import (
     BertForMaskedLM,
     BertForQuestionAnswering,
@@ -16,4 +17,5 @@ __all__ = [
     "ConfigError",
     "ModelConfig",
     "TalkingHeadsConfig",
+    "layout",
 ]

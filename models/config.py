@@ -23,6 +23,10 @@ ATTENTION_IMPLS = ("einsum", "fused")
 NORM_PLACEMENTS = ("post", "pre")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 REMAT_POLICIES = ("none", "full", "dots")
+# A saved config that lacks a field was written before the field existed, and meant the
+# behaviour the code had then (not today's default, where the two differ).
+LEGACY_DEFAULTS: dict[str, Any] = {"scan_layers": False}  # every layer its own subtree
+
 # Fields that change how the model is computed, not its parameters: a checkpoint
 # saved with other values of these restores and continues. Variants add theirs.
 EXECUTION_FIELDS = ("dropout_rate", "attention_dropout_rate", "dtype", "remat",
@@ -61,6 +65,10 @@ class ModelFields:
     # Same values, fewer FLOPs (BERT-base: 5%); its dropout draws differ from False's, so
     # runs are not bit-identical across the two settings (docs/PERFORMANCE.md).
     sparse_final_layer: bool = True
+    # Layers stacked along a leading axis and run by one scanned layer (models/layers.py):
+    # compile time stays flat in depth. Changes the parameter layout (models/layout.py
+    # converts), so a run resumes only in the layout it started with.
+    scan_layers: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -96,6 +104,8 @@ class ModelFields:
     def from_config(cls, model: Any) -> ModelConfig:
         """Builds from a ConfigDict (or mapping) holding the fields above."""
         raw = dict(model.to_dict() if hasattr(model, "to_dict") else model)
+        for name, value in LEGACY_DEFAULTS.items():  # a config saved before the field
+            raw.setdefault(name, value)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:

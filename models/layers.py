@@ -7,6 +7,8 @@ mlp, vocab) that training/sharding.py maps onto the device mesh.
 
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -139,7 +141,13 @@ class Encoder(nn.Module):
     positions only and the output is [B, P, D]: the MLM loss reads only the
     masked positions and a classifier only [CLS], so the rest of the last
     layer's queries, output projection and feed-forward block are skipped
-    (models/config.py's sparse_final_layer)."""
+    (models/config.py's sparse_final_layer).
+
+    config.scan_layers=false: one EncoderLayer per layer (`layer_i`), each traced and
+    compiled on its own, so compile time grows with depth. true: the layers' parameters
+    are stacked along a leading axis (`layers`, models/layout.py) and one layer is
+    traced once and run in a `jax.lax.scan` over that axis; the compiler sees one layer
+    whatever the depth."""
 
     config: ModelConfig
 
@@ -148,15 +156,85 @@ class Encoder(nn.Module):
         self, x: Array, mask: Array, deterministic: bool, final_positions: Array | None = None
     ) -> Array:
         cfg = self.config
-        layer_cls = EncoderLayer
-        if cfg.remat != "none":
-            # Arguments counted with self as 0: deterministic (3) is a Python bool.
-            layer_cls = nn.remat(
-                EncoderLayer, policy=REMAT_POLICIES[cfg.remat], static_argnums=(3,)
-            )
-        for i in range(cfg.num_layers):
-            positions = final_positions if i == cfg.num_layers - 1 else None
-            x = layer_cls(cfg, name=f"layer_{i}")(x, mask, deterministic, positions)
+        if cfg.scan_layers:
+            x = self.scanned_layers(x, mask, deterministic, final_positions)
+        else:
+            layer_cls = EncoderLayer
+            if cfg.remat != "none":
+                # Arguments counted with self as 0: deterministic (3) is a Python bool.
+                layer_cls = nn.remat(
+                    EncoderLayer, policy=REMAT_POLICIES[cfg.remat], static_argnums=(3,)
+                )
+            for i in range(cfg.num_layers):
+                positions = final_positions if i == cfg.num_layers - 1 else None
+                x = layer_cls(cfg, name=f"layer_{i}")(x, mask, deterministic, positions)
         if cfg.norm_placement == "pre":
             x = layer_norm(cfg, "final_norm")(x)
         return x
+
+    def scanned_layers(self, x: Array, mask: Array, deterministic: bool,
+                       final_positions: Array | None) -> Array:
+        """The layers as one scanned layer over stacked parameters.
+
+        Flax's nn.scan carries one shape through every step, but a sparse final layer
+        changes the shape (T rows in, P out); so the stack is one parameter holding the
+        whole layer tree, `jax.lax.scan` runs the first L-1 layers (all L when the last
+        is dense) and the last runs after it on its own slice. Layer i's dropout key is
+        fold_in(the encoder's key, i).
+        """
+        cfg = self.config
+        layer = EncoderLayer(cfg, parent=None)  # unbound: applied to each slice
+        stack = self.param(STACKED_PARAMS, init_layer_stack, cfg)
+        rng = None if deterministic else self.make_rng("dropout")
+
+        def run(params: dict, h: Array, index: Array, positions: Array | None) -> Array:
+            rngs = {} if rng is None else {"dropout": jax.random.fold_in(rng, index)}
+            return layer.apply({"params": params}, h, mask, deterministic, positions,
+                               rngs=rngs)
+
+        if cfg.remat != "none":
+            # prevent_cse=False: inside a scan, CSE cannot undo the recomputation (JAX's
+            # advice for checkpoint under scan), and keeping it costs speed.
+            run = jax.checkpoint(run, policy=REMAT_POLICIES[cfg.remat], prevent_cse=False,
+                                 static_argnums=(3,))
+
+        scanned = cfg.num_layers - (0 if final_positions is None else 1)
+
+        def body(h: Array, layer_input: tuple[dict, Array]) -> tuple[Array, None]:
+            params, index = layer_input
+            return run(params, h, index, None), None
+
+        head = jax.tree.map(lambda p: p[:scanned], stack)
+        # The carry keeps one dtype: the layers' output dtype (the embeddings already
+        # hand over the compute dtype; an fp32 input would come back bf16).
+        x = x.astype(cfg.compute_dtype)
+        x, _ = jax.lax.scan(body, x, (head, jnp.arange(scanned)))
+        if final_positions is not None:
+            last = jax.tree.map(lambda p: p[-1], stack)
+            x = run(last, x, jnp.asarray(cfg.num_layers - 1), final_positions)
+        return x
+
+
+STACKED_PARAMS = "layers"  # encoder/layers: models/layout.py's scanned layout
+
+
+def init_layer_stack(rng: Array, cfg: ModelConfig) -> dict:
+    """Every layer's parameters drawn as an unrolled layer draws them (one key per
+    layer), stacked along a leading axis that carries the logical name `layers` (the
+    sharding rules never split it)."""
+    layer = EncoderLayer(cfg, parent=None)
+    sample = jnp.zeros((1, 1, cfg.hidden_size), jnp.float32)
+    sample_mask = jnp.ones((1, 1), bool)
+
+    def draw(key: Array) -> dict:
+        return layer.init(key, sample, sample_mask, True)["params"]
+
+    boxed = jax.eval_shape(draw, rng)
+    values = jax.vmap(lambda key: nn.unbox(draw(key)))(jax.random.split(rng, cfg.num_layers))
+
+    def rebox(box: Any, value: Array) -> Any:
+        if isinstance(box, nn.Partitioned):
+            return box.replace(value=value, names=("layers", *box.names))
+        return value
+
+    return jax.tree.map(rebox, boxed, values, is_leaf=lambda b: isinstance(b, nn.Partitioned))

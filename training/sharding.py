@@ -27,6 +27,9 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ("kv", None),
     ("mlp", "tensor"),
     ("vocab", "tensor"),
+    # The stacked layer axis of scanned layers (model.scan_layers): every device holds
+    # every layer's slice of a weight, as it holds every layer when they are unrolled.
+    ("layers", None),
 )
 
 
