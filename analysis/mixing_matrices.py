@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from models import layout
 from models.hf_export import full_mixing
 
 MIXINGS = ("logits_mixing", "weights_mixing")
@@ -49,8 +50,10 @@ def fan_in_shares(shape: tuple[int, int], draws: int = 10_000, seed: int = 0
 
 def find_mixings(tree: Any, path: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """{'layer_0/logits_mixing': P, ...}: every mixing matrix in a params tree, named by
-    the path below the encoder."""
+    the path below the encoder (scanned layers are named layer_i too)."""
     found: dict[str, np.ndarray] = {}
+    if not path:
+        tree = layout.to_layout(tree, scanned=False)
     if isinstance(tree, dict):
         for key, value in tree.items():
             found.update(find_mixings(value, (*path, str(key))))

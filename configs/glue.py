@@ -38,6 +38,7 @@ GLUE_ARGS = {
     "save_model": "save_model",
     "buckets": "length_buckets",
     "group_by_length": "group_by_length",
+    "scan": "scan_layers",
 }
 
 
@@ -79,6 +80,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.weight_decay = 0.01
     config.dropout_rate = 0.1  # hidden and classifier dropout while fine-tuning
     config.attention_dropout_rate = 0.1  # 0 is forced for attention_impl='fused'
+    # The encoder's layout (model.scan_layers): None keeps the pretrained model's | true:
+    # scanned (one layer compiled, whatever the depth) | false: unrolled. The weights are
+    # converted (models/layout.py); the numbers computed are the same.
+    config.scan_layers = ml_collections.config_dict.placeholder(bool)
     # Cap on training examples per task (quick runs and smoke tests); None = all.
     config.max_train_examples = ml_collections.config_dict.placeholder(int)
     config.eval_batch_size = 128
@@ -103,6 +108,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # batch shards (data x fsdp).
     config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
     config.logical_axis_rules = ()  # empty: training/sharding.py's DEFAULT_RULES
+    # Compiled programs kept across processes (common/compile_cache.py); never part of a run.
+    config.jax_cache = "auto"  # auto: $JAX_COMPILATION_CACHE_DIR or ~/.cache/... | none | DIR
 
     return apply_args(config, args, GLUE_ARGS)
 

@@ -45,6 +45,23 @@ def parameter_counts(cfg: ModelConfig) -> tuple[int, int]:
     return sum(x.size for x in jax.tree.leaves(params)) - head, head
 
 
+def layer_parameter_count(cfg: ModelConfig) -> int:
+    """Parameters of the encoder's layers (all of them; embeddings, pooler, final norm
+    and heads excluded), from the model's shapes as parameter_counts."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    from models.layers import Encoder
+
+    x = jnp.zeros((1, 2, cfg.hidden_size), jnp.float32)
+    mask = jnp.ones((1, 2), bool)
+    shapes = jax.eval_shape(lambda: Encoder(cfg).init(jax.random.key(0), x, mask, True))
+    encoder = nn.unbox(shapes)["params"]
+    return sum(x.size for name, tree in encoder.items() if name != "final_norm"
+               for x in jax.tree.leaves(tree))
+
+
 @dataclasses.dataclass(frozen=True)
 class FlopCount:
     encoder_per_token: float  # forward FLOPs of all layers, per input token

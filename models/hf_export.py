@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from models import layout
 from models.config import ModelConfig
 
 # Talking heads' mixing parameters: the static matrices and the dynamic maps.
@@ -129,6 +130,7 @@ def hf_config(config: ModelConfig, labels: Sequence[str] | None = None,
 def to_state_dict(params: Mapping[str, Any], config: ModelConfig) -> dict[str, np.ndarray]:
     """Our params ({'bert', 'mlm_head'} or {'bert', 'classifier'}) -> {torch name: array}."""
     out: dict[str, np.ndarray] = {}
+    params = layout.to_layout(dict(params), scanned=False)  # layer i by name (layer_i)
     bert = params["bert"]
 
     def put(name: str, value: Any) -> None:

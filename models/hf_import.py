@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from common.errors import CheckpointError  # one class for every checkpoint error
+from models import layout
 from models.config import ModelConfig
 from models.hf_export import ABLATION_MODEL_TYPE, MIXING
 
@@ -187,7 +188,9 @@ def from_pretrained(name_or_path: str, revision: str | None = None, with_directo
     except CheckpointError as e:  # its message starts with "config.json:"
         raise CheckpointError(f"{config_path}: {str(e).removeprefix('config.json: ')}"
                               ) from None
-    converted = convert_bert(load_state_dict(directory), config)
+    # convert_bert names layers one by one; the model's layout may stack them.
+    converted = layout.to_layout(convert_bert(load_state_dict(directory), config),
+                                 config.scan_layers)
     params = fill_missing(converted, config)
     if with_directory:
         return config, params, directory if os.path.isdir(directory) else os.path.dirname(
@@ -220,7 +223,8 @@ def fill_missing(converted: dict[str, Any], config: ModelConfig, seed: int = 0):
 # -- mapping -------------------------------------------------------------------
 def convert_bert(state: Mapping[str, np.ndarray], config: ModelConfig) -> dict[str, Any]:
     """{torch_name: array} -> our params {'bert': ..., 'mlm_head' or 'classifier': ...}
-    (heads if present)."""
+    (heads if present), in the unrolled layout (layer_i): models/layout.py stacks it
+    for a scanned model."""
     reader = _Reader(state)
     d, n, g = config.hidden_size, config.num_logit_heads, config.num_value_heads
     k, v = config.head_key_size, config.head_value_size

@@ -598,3 +598,26 @@ def test_from_scratch_fine_tuning_starts_from_a_fresh_encoder(pretrained_workdir
     config.init = "random"
     with pytest.raises(ValueError, match="init='random' is unknown"):
         finetune.load_pretrained(config)
+
+
+@pytest.mark.slow
+def test_fine_tuning_in_the_scanned_layout_computes_the_unrolled_result(pretrained_workdir,
+                                                                        tmp_path):
+    """scan_layers=true restacks the pretrained (unrolled) encoder: without dropout the
+    fine-tuning computes the same losses and predictions, and the workdir's identity
+    keeps the layout (a rerun in the other one is refused)."""
+    glue_dir = tmp_path / "glue"
+    write_stsb(str(glue_dir / "STS-B"), np.random.default_rng(7))
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), task="stsb",
+                         num_seeds=1, num_epochs=1.0, learning_rates=(1e-2,))
+    finetune.run(config, str(tmp_path / "unrolled"))
+    scanned = glue_config(**{**config.to_dict(), "scan_layers": True})
+    finetune.run(scanned, str(tmp_path / "scanned"))
+    run = "STS-B/lr0.01_seed0"
+    a, b = (np.load(tmp_path / d / run / "test_predictions.npy") for d in ("unrolled", "scanned"))
+    np.testing.assert_allclose(a, b, atol=1e-5)
+    losses = [json.loads((tmp_path / d / run / "result.json").read_text())["final_train_loss"]
+              for d in ("unrolled", "scanned")]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    with pytest.raises(ValueError, match=r"different setup \(model changed\)"):
+        finetune.run(scanned, str(tmp_path / "unrolled"))

@@ -17,7 +17,7 @@ import pytest
 from helpers import ATTENTION_VARIANTS, init_params, run_script, tiny_model_config
 
 from input_pipeline import train_tokenizer
-from models import BertForMaskedLM, BertForSequenceClassification, BertModel
+from models import BertForMaskedLM, BertForSequenceClassification, BertModel, layout
 from models import hf_export as export_lib
 from models.hf_export import MIXING, full_mixing
 from models.hf_import import convert_bert, load_state_dict, model_config_from_hf
@@ -41,6 +41,9 @@ VARIANTS["talking_heads_dynamic_grouped"] = {
         "groups": 2, "dynamic_projections": "x2l+m2l+x2w+m2w", "dynamic_init_scale": 1.0}}
 VARIANTS["pre_ln"] = {"norm_placement": "pre"}
 VARIANTS["pre_ln_talking_heads"] = {"norm_placement": "pre", "attention": "talking_heads"}
+# Scanned layers (stacked parameters) go out as transformers' layer.i like unrolled ones.
+VARIANTS["scanned"] = {"scan_layers": True}
+VARIANTS["scanned_talking_heads_hk_hv"] = {**VARIANTS["talking_heads_hk_hv"], "scan_layers": True}
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +96,10 @@ def assert_round_trip(directory, params, config):
     from training.pretrain import flatten
 
     def architecture(c):
-        return {k: v for k, v in flatten(c.to_dict()).items() if k not in EXECUTION_FIELDS}
+        return {k: v for k, v in flatten(c.to_dict()).items()
+                if k not in (*EXECUTION_FIELDS, "scan_layers")}  # transformers has one layout
+
+    params = layout.to_layout(jax.device_get(params), scanned=False)  # as convert_bert reads
 
     if config.attention == "talking_heads" and config.talking_heads.groups > 1:
         # Grouped blocks go out as their block-diagonal matrices (the same function) and

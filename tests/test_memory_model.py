@@ -61,3 +61,17 @@ def test_the_state_is_adamw_in_fp32_over_berts_parameters():
     assert step.state == 12 * parameters / 8 and step.gradients == 4 * parameters / 8
     head = 4 * 2 * 768 * 32 * 20 + 8 * 32 * 20 * 30522  # bf16 transform, fp32 logits + grad
     assert step.activations.mlm_head == head
+
+
+def test_scanned_layers_add_one_fp32_copy_of_the_layers():
+    """BERT-base's 12 layers hold 12 x 7,087,872 parameters (Devlin et al.'s 109,482,240
+    less embeddings 23,837,184 and pooler 590,592): a scanned step keeps one more fp32
+    copy of them (the scan's slice of the stack or its stacked gradient)."""
+    unrolled = base_config()
+    scanned = unrolled.replace(scan_layers=True)
+    layers = 109_482_240 - (30522 + 512 + 2 + 2) * 768 - 768 * 769
+    assert layers == 12 * 7_087_872
+    assert memory.step_bytes(unrolled, 32, 128, 20, parameter_shards=8).layer_stack == 0
+    step = memory.step_bytes(scanned, 32, 128, 20, parameter_shards=8)
+    assert step.layer_stack == 4 * layers / 8
+    assert step.total - step.layer_stack == memory.step_bytes(unrolled, 32, 128, 20, 8).total

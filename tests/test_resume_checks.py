@@ -69,3 +69,19 @@ def test_a_hub_corpus_checkpoint_without_an_identity_is_refused_with_no_file_hin
         with pytest.raises(TrainingError, match="another corpus") as refused:
             check_same_data(saved, identity, config, "run")
         assert "predates" not in str(refused.value)
+
+
+def test_a_checkpoint_saved_before_scan_layers_existed_is_unrolled_and_refused_as_scanned():
+    """A saved model config without scan_layers was written by unrolled code: it resumes
+    as unrolled whatever today's default, and a scanned config is refused in one line
+    naming the layout and how to resume."""
+    from models import ModelConfig
+    from training.resume import check_same_architecture
+
+    unrolled = ModelConfig(scan_layers=False)
+    saved = {"model": {k: v for k, v in unrolled.to_dict().items() if k != "scan_layers"}}
+    assert ModelConfig.from_config(saved["model"]).scan_layers is False
+    check_same_architecture(saved, unrolled, "run")
+    with pytest.raises(TrainingError, match=r"run holds a checkpoint with unrolled \(a subtree "
+                                            r"per layer\) parameters .* scan=false"):
+        check_same_architecture(saved, ModelConfig(scan_layers=True), "run")

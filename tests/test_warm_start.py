@@ -184,3 +184,29 @@ def test_a_damaged_warm_start_record_is_one_error_naming_it(tmp_path, run_corpus
     with pytest.raises(results.ResultsError, match=f"{tmp_path / warm_start.RECORD}: cannot "
                                                    f"be read"):
         warm_start.resume(tiny_run_config(corpus, cache, steps=2), str(tmp_path))
+
+
+def test_warm_starts_convert_between_the_unrolled_and_scanned_layouts(phase_1, run_corpus,
+                                                                      tmp_path):
+    """model.scan_layers is the new run's choice: an unrolled source starts a scanned run
+    where it ended, and that run starts an unrolled one where it ended; resuming a run in
+    the other layout is refused in one line that says how to resume it."""
+    from training.pretrain_loop import TrainingError
+
+    source, final = phase_1  # unrolled
+    scanned = str(tmp_path / "scanned")
+    scanned_final = train_and_evaluate(
+        phase_2(run_corpus, source, steps=2, **{"model.scan_layers": True}), scanned)
+    assert first_eval_loss(scanned) == pytest.approx(final["eval_loss"], abs=1e-5)
+    _, params = final_params(scanned)
+    assert list(params["bert"]["encoder"]) == ["layers"]
+    with pytest.raises(TrainingError, match=r"scanned \(stacked layers\) parameters .* resume "
+                                            r"it with scan=true"):
+        train_and_evaluate(phase_2(run_corpus, None, steps=4, extend_schedule=True), scanned)
+    assert sorted(os.listdir(os.path.join(scanned, "checkpoints"))) == ["2"]
+
+    unrolled = str(tmp_path / "unrolled_again")
+    train_and_evaluate(phase_2(run_corpus, scanned, steps=1), unrolled)
+    assert first_eval_loss(unrolled) == pytest.approx(scanned_final["eval_loss"], abs=1e-5)
+    _, params = final_params(unrolled)
+    assert list(params["bert"]["encoder"]) == ["layer_0"]

@@ -32,7 +32,7 @@ import input_pipeline
 from attention import registry
 from attention.talking_heads import CHOICES as TH_CHOICES
 from common.files import write_json_atomic
-from models import BertForSequenceClassification, BertModel, ModelConfig
+from models import BertForSequenceClassification, BertModel, ModelConfig, layout
 from models.hf_export import EXPORTABLE_ATTENTION
 from training import checkpoints, metrics, results, sharding, steps
 from training import glue_report as report
@@ -112,6 +112,9 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
     if ids != model_config.vocab_size:
         raise CheckpointError(f"{source}: the tokenizer has ids 0..{ids - 1} but the model "
                               f"vocabulary has {model_config.vocab_size}")
+    if config.get("scan_layers") is not None:  # fine-tune in another layout than the source's
+        model_config = model_config.replace(scan_layers=bool(config.scan_layers))
+    bert = layout.to_layout(bert, model_config.scan_layers)
     check_params_fit(bert, model_config, source)
     if config.insert_talking_heads:
         init = config.insert_th_init
@@ -161,10 +164,13 @@ def with_talking_heads_inserted(model_config: ModelConfig, bert: dict[str, Any],
         return model_config, bert
     eye = np.eye(model_config.num_heads, dtype=np.float32)
     encoder = {name: dict(layer) for name, layer in bert["encoder"].items()}
-    for layer in encoder.values():
+    for name, layer in encoder.items():
         if "attention" in layer:  # a layer; a pre-LN encoder also holds its final norm
-            layer["attention"] = {**layer["attention"], "logits_mixing": eye,
-                                  "weights_mixing": eye}
+            # Scanned layers hold every layer's matrices stacked: one identity each.
+            mixing = (np.broadcast_to(eye, (model_config.num_layers, *eye.shape)).copy()
+                      if name == layout.STACKED else eye)
+            layer["attention"] = {**layer["attention"], "logits_mixing": mixing,
+                                  "weights_mixing": mixing}
     return model_config, {**bert, "encoder": encoder}
 
 
@@ -762,9 +768,12 @@ def where_results_went(workdir: str, suite: results.GlueResults, config,
 
 def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None:
     """A GLUE workdir belongs to one pretrained model and one protocol."""
+    model = pretrained.model_config.to_dict()
+    if not model["scan_layers"]:  # unrolled, as every workdir written before the field
+        del model["scan_layers"]
     identity = {
         "init": pretrained.source,
-        "model": pretrained.model_config.to_dict(),
+        "model": model,
         "max_seq_length": config.max_seq_length, "batch_size": config.batch_size,
         "num_epochs": config.num_epochs, "max_train_examples": config.max_train_examples,
     }

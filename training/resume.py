@@ -11,7 +11,7 @@ import ml_collections
 import input_pipeline
 from attention import registry
 from models import ModelConfig
-from models.config import EXECUTION_FIELDS
+from models.config import EXECUTION_FIELDS, LEGACY_DEFAULTS
 from training import metrics
 from training.optimizer import make_optimizer
 from training.pretrain_loop import TrainingError
@@ -33,7 +33,7 @@ def check_same_architecture(saved: dict[str, Any], current: ModelConfig, path: s
     A field the saved config lacks was added to the code after the checkpoint was made:
     the checkpoint meant its default."""
     saved_model = flatten(saved.get("model", {}))
-    defaults = flatten(type(current)().to_dict())
+    defaults = {**flatten(type(current)().to_dict()), **LEGACY_DEFAULTS}
     ignored = set(EXECUTION_FIELDS)
     # Settings of variants other than the one in use change nothing.
     ignored |= {k for k in defaults if k.split(".")[0] in registry.with_settings()
@@ -43,6 +43,13 @@ def check_same_architecture(saved: dict[str, Any], current: ModelConfig, path: s
         for k, v in flatten(current.to_dict()).items()
         if k not in ignored and saved_model.get(k, defaults.get(k)) != v
     }
+    if "scan_layers" in differs:
+        old, new = differs["scan_layers"]
+        layout = {True: "scanned (stacked layers)", False: "unrolled (a subtree per layer)"}
+        raise TrainingError(
+            f"{path} holds a checkpoint with {layout[old]} parameters and this config asks "
+            f"for {layout[new]}: resume it with scan={str(old).lower()} "
+            f"(model.scan_layers), or use a new --workdir (init_from converts a layout)")
     if differs:
         name, (old, new) = next(iter(sorted(differs.items())))
         raise TrainingError(

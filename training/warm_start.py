@@ -21,11 +21,14 @@ import numpy as np
 
 import input_pipeline
 from common.files import write_json_atomic
-from models import ModelConfig
+from models import ModelConfig, layout
 from models.config import EXECUTION_FIELDS
 from training import checkpoints, metrics, results
 
 RECORD = "warm_start.json"
+# Fields a warm start takes from its own config rather than from the source: how the
+# parameters are laid out (models/layout.py converts between the layouts).
+LAYOUT_FIELDS = ("scan_layers",)
 
 
 class WarmStartError(ValueError):
@@ -71,7 +74,8 @@ def effective_model(source: ModelConfig, config: ml_collections.ConfigDict) -> d
     """The new run's model fields: the source's architecture with this config's execution
     settings (dropout, dtype, remat, ...), and positions extended when asked."""
     model = source.to_dict()
-    for name in EXECUTION_FIELDS:  # 'dtype', or a variant's 'talking_heads.impl'
+    # The layout is this run's choice too: with_source restacks the source's weights.
+    for name in (*EXECUTION_FIELDS, *LAYOUT_FIELDS):  # 'dtype', a variant's 'talking_heads.impl'
         *parents, field = name.split(".")
         given, target = config.model, model
         for parent in parents:
@@ -171,7 +175,9 @@ def resume(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any] | 
         raise WarmStartError(
             f"{workdir} started from init_from={record['init_from']}, not "
             f"{config.init_from}; use a new --workdir")
-    apply_model(config, record["model"], skip=EXECUTION_FIELDS)
+    # The layout stays this config's: a resume in the other one is refused by the
+    # checkpoint's architecture check (training/resume.py), in one line.
+    apply_model(config, record["model"], skip=(*EXECUTION_FIELDS, *LAYOUT_FIELDS))
     with config.unlocked():
         config.data.tokenizer = record["tokenizer"]
         config.init_from = record["init_from"]
@@ -190,7 +196,8 @@ def with_source(params: Any, source: Source, shardings: Any) -> Any:
 
     fresh = flax.traverse_util.flatten_dict(params, sep="/")
     values = {}
-    for name, value in flax.traverse_util.flatten_dict(source.params, sep="/").items():
+    source_params = layout.like(source.params, params)  # stacked or unrolled, as the run
+    for name, value in flax.traverse_util.flatten_dict(source_params, sep="/").items():
         value = np.asarray(value, np.float32)
         if name not in fresh:
             raise WarmStartError(f"init_from={source.spec}: parameter {name} has no place in "
