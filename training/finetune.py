@@ -99,11 +99,7 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
         pretrain_seed = 0
     else:
         raise ValueError("set --config.init_from=PRETRAIN_WORKDIR or --config.init_from_hf=NAME")
-    model_config = model_config.replace(
-        dropout_rate=config.dropout_rate,
-        attention_dropout_rate=0.0 if model_config.attention_impl == "fused"
-        else config.attention_dropout_rate,
-    )
+    model_config, bert = fine_tuning_model(model_config, bert, config)
     if config.max_seq_length > model_config.max_position_embeddings:
         raise ValueError(
             f"max_seq_length={config.max_seq_length} exceeds the model's "
@@ -112,9 +108,6 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
     if ids != model_config.vocab_size:
         raise CheckpointError(f"{source}: the tokenizer has ids 0..{ids - 1} but the model "
                               f"vocabulary has {model_config.vocab_size}")
-    if config.get("scan_layers") is not None:  # fine-tune in another layout than the source's
-        model_config = model_config.replace(scan_layers=bool(config.scan_layers))
-    bert = layout.to_layout(bert, model_config.scan_layers)
     check_params_fit(bert, model_config, source)
     if config.insert_talking_heads:
         init = config.insert_th_init
@@ -126,6 +119,20 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
         bert, source = None, results.SCRATCH_START + source
         return Pretrained(model_config, bert, tokenizer, source, init_stream=pretrain_seed)
     return Pretrained(model_config, bert, tokenizer, source)
+
+
+def fine_tuning_model(model_config: ModelConfig, bert: dict[str, Any], config
+                      ) -> tuple[ModelConfig, dict[str, Any]]:
+    """The pretrained architecture with the fine-tuning's dropout and layout (scan_layers
+    None: the source's), and its encoder's weights in that layout."""
+    model_config = model_config.replace(
+        dropout_rate=config.dropout_rate,
+        attention_dropout_rate=0.0 if model_config.attention_impl == "fused"
+        else config.attention_dropout_rate,
+    )
+    if config.get("scan_layers") is not None:  # fine-tune in another layout than the source's
+        model_config = model_config.replace(scan_layers=bool(config.scan_layers))
+    return model_config, layout.to_layout(bert, model_config.scan_layers)
 
 
 def talking_heads_inserted_config(model_config: ModelConfig, source: str,
