@@ -34,7 +34,11 @@ def main(argv: list[str]) -> None:
     from training.finetune import run
 
     # SIGTERM/SIGINT checkpoint the current fine-tuning run and exit cli.EXIT_STOPPED.
-    cli.run(lambda: run(FLAGS.config, FLAGS.workdir))
+    def job() -> None:
+        cli.enable_compile_cache(FLAGS.config)  # before anything compiles
+        run(FLAGS.config, FLAGS.workdir)
+
+    cli.run(job)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,11 @@ def main(argv: list[str]) -> None:
         logging.set_verbosity(logging.WARNING)  # keep the console to our progress lines
     from training.squad_finetune import run
 
-    cli.run(lambda: run(FLAGS.config, FLAGS.workdir))
+    def job() -> None:
+        cli.enable_compile_cache(FLAGS.config)  # before anything compiles
+        run(FLAGS.config, FLAGS.workdir)
+
+    cli.run(job)
 
 
 if __name__ == "__main__":

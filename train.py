@@ -59,7 +59,11 @@ def main(argv: list[str]) -> None:
 
     # Bad input or a run that cannot go on: one `error:` line naming the cause, exit 1;
     # stopped by a signal after saving: exit cli.EXIT_STOPPED.
-    cli.run(lambda: train_and_evaluate(FLAGS.config, FLAGS.workdir))
+    def job() -> None:
+        cli.enable_compile_cache(FLAGS.config)  # before anything compiles
+        train_and_evaluate(FLAGS.config, FLAGS.workdir)
+
+    cli.run(job)
 
 
 if __name__ == "__main__":

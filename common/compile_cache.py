@@ -73,5 +73,16 @@ def _reset_if_initialized() -> None:
     except ImportError:  # pragma: no cover - a jax without the private module
         return
     reset = getattr(compilation_cache, "reset_cache", None)
-    if reset is not None and getattr(compilation_cache, "_cache_initialized", False):
+    # Checked counts too: a compile before the first enable() decides "no cache" for the
+    # process (jax keeps that answer) without opening one.
+    if reset is not None and (getattr(compilation_cache, "_cache_initialized", False)
+                              or getattr(compilation_cache, "_cache_checked", False)):
         reset()
+
+
+def describe(directory: str | None) -> str:
+    """The one line an entry point prints at its start: where compiled programs are
+    read from and written to, or that they are not."""
+    if directory is None:
+        return "compilation cache: off (jax_cache=none): every program is compiled"
+    return f"compilation cache: {directory} (jax_cache=none turns it off)"

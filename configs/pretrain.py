@@ -125,6 +125,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.keep_checkpoints = 2  # last K kept, plus the best by eval loss
     config.nonfinite = "error"  # error: stop naming the step | skip: drop that update
     config.peak_flops_per_device = ml_collections.config_dict.placeholder(float)  # None: look up
+    # Compiled programs kept across processes (common/compile_cache.py); never part of a run.
+    config.jax_cache = "auto"  # auto: $JAX_COMPILATION_CACHE_DIR or ~/.cache/... | none | DIR
 
     for key, value in args.items():
         if key in PRETRAIN_ARGS:

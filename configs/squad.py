@@ -10,7 +10,8 @@ questions cut to max_query_length 64, answers of at most max_answer_length 30 to
 from the n_best 20 start and end logits; 2 epochs. Everything else is GLUE's protocol
 (configs/glue.py: batch 32, 10% warm-up then linear decay, the learning-rate grid
 {5e-5, 4e-5, 3e-5, 2e-5}, the best on dev F1 by the mean over seeds) and its settings
-(init_from / init_from_hf, init=scratch, insert_th, mesh, length buckets) mean the same.
+(init_from / init_from_hf, init=scratch, insert_th, mesh, length buckets, jax_cache)
+mean the same.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ against the chip's HBM, XLA's FLOPs beside the analytic count, bytes accessed, t
 collectives by kind with their bytes, and a roofline step time and MFU. Exits 1 when
 the step does not fit, naming the bytes missing and the largest batch that fits (found
 by compiling at halved batches). Needs libtpu for TPU slices: pip install -e ".[tpu-plan]"
-(training/fit_check.py).
+(training/fit_check.py). Compiled programs go to the persistent compilation cache
+(--config.jax_cache: auto, none or a folder), so a rerun of a row reads its program.
 """
 
 from __future__ import annotations
@@ -61,12 +62,17 @@ def main(argv: list[str]) -> None:
     del argv
     if FLAGS["verbosity"].present == 0:
         logging.set_verbosity(logging.WARNING)
+    from common import compile_cache
     from training import fit_check
 
     try:
         topology = fit_check.parse_topology(FLAGS.topology)
         fit_check.prepare_environment(topology)  # before JAX starts a backend
         config = FLAGS.config
+        # config.jax_cache: auto | none | a folder (common/compile_cache.py); on stderr,
+        # since stdout is the report. A search or grid recompiles rows a rerun has seen.
+        directory = compile_cache.enable(config.get("jax_cache", compile_cache.AUTO))
+        print(compile_cache.describe(directory), file=sys.stderr, flush=True)
         if FLAGS.mesh:
             config.mesh.update({"data": 1, "fsdp": 1, "tensor": 1} | parse_mesh(FLAGS.mesh))
         if FLAGS.grid:

@@ -68,6 +68,25 @@ def require_workdir(workdir: str | None) -> None:
              EXIT_USAGE)
 
 
+def enable_compile_cache(config) -> str | None:
+    """An entry point's first step, before anything compiles: JAX's persistent
+    compilation cache where config.jax_cache says (common/compile_cache.py: auto, none or
+    a folder), announced in one line. Never part of a run's identity: a program compiles
+    to the same executable whether it is read from the cache or not. A folder that
+    cannot be made is a warning, and the run goes on uncached."""
+    from common import compile_cache
+    from common.console import console
+
+    setting = config.get("jax_cache", compile_cache.AUTO)
+    try:
+        directory = compile_cache.enable(setting)
+    except OSError as e:
+        directory = compile_cache.enable("none")
+        console(f"warning: jax_cache={setting}: {_describe(e)}; compiling without the cache")
+    console(compile_cache.describe(directory))
+    return directory
+
+
 def parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parser with one error line instead of tracebacks; --help exits 0
     (absl's exits 1) and points at --print_config for the config's fields."""
