@@ -11,14 +11,14 @@ Parts, in this order (the quick correctness checks first, then the speed numbers
    heads of 64, sequence 128, and a key size 128 != value size 64).
 2. bf16_agreement: the MLM loss of BERT-base in bf16 and fp32, same parameters and batch.
 3. speed: scripts/benchmark.py at base / seq 128 / bf16 / batch 256, one entry at a
-   time within the part's budget, in this order: ours (multi-head, impl=fused,
-   attention_dropout=0, the sparse MLM head), transformers' PyTorch BertForMaskedLM
-   under torch.compile and eager (scripts/torch_peer.py: SDPA, bf16 autocast, fused
-   AdamW; its head scores all positions), talking heads (impl=einsum: talking heads
-   cannot use the fused kernel, which has no hook between the logits and the softmax),
-   key_size=128, and ours with the dense head (like for like with the peer). What does
-   not fit is skipped and recorded. OUT/speed.json and OUT/speed.md are rewritten after
-   every entry.
+   time within the part's budget, the targets' entries first: ours (multi-head,
+   impl=fused, attention_dropout=0, the sparse MLM head), transformers' PyTorch
+   BertForMaskedLM under torch.compile (scripts/torch_peer.py: SDPA, bf16 autocast,
+   fused AdamW; its head scores all positions), talking heads (impl=einsum: talking
+   heads cannot use the fused kernel, which has no hook between the logits and the
+   softmax), the peer eager (cheap: nothing to compile), ours with the dense head (like
+   for like with the peer), key_size=128. What does not fit is skipped and recorded.
+   OUT/speed.json and OUT/speed.md are rewritten after every entry.
 4. compile_scan: lowering and compiling BERT-base's step with the layers scanned
    (model.scan_layers, `scan=true`) and unrolled (`scan=false`), the persistent cache
    off. A config without the `scan` arg records an error for that variant.
@@ -203,6 +203,10 @@ KEY_SIZE = "key_size=128"
 
 def speed(ctx: Context) -> dict[str, Any]:
     shape = speed_shape(ctx.quick)
+    talking = f"ours[{TALKING_HEADS}]"
+    # The targets' entries first: the budget may not reach the end.
+    order = ([] if ctx.quick else [benchmark.TORCH_COMPILED]) + [
+        talking, benchmark.TORCH_EAGER, "ours_dense_mlm", f"ours[{KEY_SIZE}]"]
     result = benchmark.benchmark(
         shape["config"], [TALKING_HEADS, KEY_SIZE], batch=shape["batch"],
         seq_len=shape["seq_len"], predictions=shape["predictions"],
@@ -217,13 +221,12 @@ def speed(ctx: Context) -> dict[str, Any]:
         budget_s=max(ctx.seconds_left(), 1.0),
         json_path=os.path.join(ctx.out, "speed.json"),
         markdown_path=os.path.join(ctx.out, "speed.md"),
-        header={"jax_cache": ctx.cache_setting})
+        header={"jax_cache": ctx.cache_setting}, order=order)
     entries = {e["name"]: e for e in result["entries"]}
 
     def get(name: str, key: str) -> Any:
         return entries[name].get(key) if name in entries else None
 
-    talking = f"ours[{TALKING_HEADS}]"
     out: dict[str, Any] = {
         "device": result["device"], "peak_flops_per_s": result["peak_flops_per_s"],
         "batch": shape["batch"], "seq_len": shape["seq_len"],
@@ -353,6 +356,9 @@ PARTS: dict[str, Callable[[Context], dict[str, Any]]] = {
 
 
 # -- targets ---------------------------------------------------------------------------------
+COMPILE_TARGET = "lower + compile seconds, worst entry, cold cache"
+
+
 def targets(report: dict[str, Any]) -> dict[str, Any]:
     """Each target of docs/PERFORMANCE.md: value, target and pass (None: not measured, or
     --quick)."""
@@ -369,7 +375,7 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         "talking heads step time / multi-head's (paired, vs ours)": (
             speed_part.get("talking_heads_step_ratio_paired"),
             TARGETS["talking_heads_step_ratio"], "<="),
-        "lower + compile seconds, worst entry, cold cache": (
+        COMPILE_TARGET: (
             max(compile_s.values()) if compile_s else None, TARGETS["compile_s"], "<="),
     }
     out = {}
@@ -378,7 +384,12 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         if value is not None and not report["quick"]:
             passed = value >= target if op == ">=" else value <= target
         out[name] = {"value": value, "target": f"{op} {target}", "pass": passed}
-    out["lower + compile seconds, worst entry, cold cache"]["per_entry"] = compile_s
+    out[COMPILE_TARGET]["per_entry"] = compile_s
+    if report.get("jax_cache_files_at_start"):
+        # A warm cache: the speed part's compiles were cache reads, not cold compiles.
+        out[COMPILE_TARGET]["pass"] = None
+        out[COMPILE_TARGET]["note"] = (f"the cache held {report['jax_cache_files_at_start']} "
+                                       "files at the start: not a cold run")
     return out
 
 
@@ -430,7 +441,8 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("targets"):
         lines += ["", "| target | value | wanted | pass |", "|---|---:|---|---|"]
         for name, t in report["targets"].items():
-            lines.append(f"| {name} | {brief(t['value'])} | {t['target']} | {t['pass']} |")
+            note = f" ({t['note']})" if t.get("note") else ""
+            lines.append(f"| {name} | {brief(t['value'])} | {t['target']} | {t['pass']}{note} |")
     speed_part = report["parts"].get("speed", {})
     if speed_part.get("table"):
         lines += ["", "## speed", "", speed_part["table"]]
@@ -463,10 +475,12 @@ def part_budget(name: str, budget_s: float) -> float:
 def run(out: str, quick: bool, budget_s: float, cache_setting: str) -> dict[str, Any]:
     os.makedirs(out, exist_ok=True)
     device = jax.devices()[0]
+    cached = (sum(len(files) for _, _, files in os.walk(cache_setting))
+              if os.path.isdir(cache_setting) else 0)
     report: dict[str, Any] = {
         "device": f"{device.platform}:{device.device_kind}", "jax": jax.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": quick, "budget_s": budget_s,
-        "jax_cache": cache_setting, "parts": {}}
+        "jax_cache": cache_setting, "jax_cache_files_at_start": cached, "parts": {}}
     for name, check in PARTS.items():
         budget = part_budget(name, budget_s)
         if budget <= 0 and not (name == "prng" and PRNG_ARG is None):

@@ -28,11 +28,12 @@ machine. `--nopaired` times each entry alone (the first entry's steps then run
 once, not once per entry). The first entry's own timed steps come first.
 
 Entries, in this order: the --config (first, the baseline of every ratio);
-`--torch_compile` and `--vs_torch` (transformers' PyTorch BertForMaskedLM at the
-config's sizes, under torch.compile and eager: scripts/torch_peer.py, imported only
+`--vs_torch` and `--torch_compile` (transformers' PyTorch BertForMaskedLM at the
+config's sizes, eager and under torch.compile: scripts/torch_peer.py, imported only
 for these flags; the anchor of every `vs torch` ratio, so they come early); each
 --compare; `--device_masking` (ours fed unmasked rows, masking inside the step);
-`--dense_mlm` (ours with MLM logits at every position).
+`--dense_mlm` (ours with MLM logits at every position). benchmark()'s `order` lets a
+caller move named entries forward (scripts/accelerator_check.py does).
 
 MLM head: ours computes logits only at the B*P masked positions (the sparse
 head); `--dense_mlm` and the PyTorch peer compute them at all B*T positions, so
@@ -41,11 +42,12 @@ the sparse head's saving. The table says which head each row has.
 
 Budget: `--budget_s` bounds the whole run. Before an entry starts, its cost is
 estimated as the longest finished entry of its kind (ours / torch eager / torch
-compiled), else the longest finished entry; an entry whose estimate exceeds the
-seconds left is skipped, printed and recorded under `skipped` with the reason. An
-entry's timed steps also stop once the budget is spent (at least 2; recorded as
-`timed_steps_cut_by_budget`). An entry that fails (out of memory, say) is recorded
-under `failed` and the run goes on; the first entry's failure ends the run.
+compiled), else the longest finished entry (less its compile, for the eager peer);
+an entry whose estimate exceeds the seconds left is skipped, printed and recorded
+under `skipped` with the reason. An entry's timed steps also stop once the budget
+is spent (at least 2; recorded as `timed_steps_cut_by_budget`). An entry that fails
+(out of memory, say) is recorded under `failed` and the run goes on; the first
+entry's failure ends the run.
 
 Memory: `compiled_bytes` is XLA's own plan for the step (arguments + outputs +
 temporaries - donated aliases, from memory_analysis()) on every backend; on GPU
@@ -585,10 +587,18 @@ class Run:
         return math.inf if self.deadline is None else self.deadline - time.perf_counter()
 
     def estimate_s(self, kind: str) -> float | None:
-        """The longest finished entry of this kind, else the longest finished entry."""
+        """The longest finished entry of this kind, else the longest finished entry; for
+        the eager peer without one, the longest finished entry less its compile (eager
+        compiles nothing)."""
         same = [e.info["total_s"] for e in self.entries if e.kind == kind]
-        every = [e.info["total_s"] for e in self.entries]
-        return max(same or every) if every else None
+        if same:
+            return max(same)
+        if kind == TORCH_EAGER:
+            every = [e.info["total_s"] - (e.info.get("lower_s") or 0.0)
+                     - (e.info.get("compile_s") or 0.0) for e in self.entries]
+        else:
+            every = [e.info["total_s"] for e in self.entries]
+        return max(every) if every else None
 
 
 def skip_reason(run: Run, planned: Planned) -> str | None:
@@ -783,12 +793,14 @@ def markdown_table(result: dict[str, Any]) -> str:
 def planned_entries(specs: list[str], names: list[str], configs: list[Any],
                     model_cfgs: list[ModelConfig], shapes: Shapes, data: dict[str, np.ndarray],
                     seed: int, *, vs_torch: bool, torch_compile: bool, device_masking: bool,
-                    dense_mlm: bool) -> list[Planned]:
-    """The entries in the order they run (see the module docstring)."""
+                    dense_mlm: bool, order: list[str] | None = None) -> list[Planned]:
+    """The entries in the order they run (see the module docstring); `order` names
+    entries to run first, in that order, right after the first entry (which stays first:
+    it is every ratio's baseline)."""
     first_cfg, first_opt = model_cfgs[0], optimizer_config(configs[0])
     plan = [Planned(names[0], specs[0], "ours", lambda: our_entry(
         names[0], specs[0], first_cfg, first_opt, shapes, data, seed, False))]
-    for compiled in [True] * torch_compile + [False] * vs_torch:
+    for compiled in [False] * vs_torch + [True] * torch_compile:
         plan.append(Planned(TORCH_COMPILED if compiled else TORCH_EAGER,
                             "transformers BertForMaskedLM", TORCH_COMPILED if compiled
                             else TORCH_EAGER, lambda c=compiled: torch_entry(
@@ -803,6 +815,12 @@ def planned_entries(specs: list[str], names: list[str], configs: list[Any],
     if dense_mlm:
         plan.append(Planned("ours_dense_mlm", specs[0], "ours", lambda: our_entry(
             "ours_dense_mlm", specs[0], first_cfg, first_opt, shapes, data, seed, True)))
+    if order:
+        unknown = sorted(set(order) - {p.name for p in plan})
+        if unknown:
+            raise BenchmarkError(f"order names no planned entry: {unknown}")
+        rank = {name: i for i, name in enumerate(order)}
+        plan[1:] = sorted(plan[1:], key=lambda p: rank.get(p.name, len(order)))
     return plan
 
 
@@ -813,10 +831,12 @@ def benchmark(config: str, compare: list[str] = (), *, batch: int | None = None,
               vs_torch: bool = False, torch_compile: bool = False,
               peak_flops: float | None = None, seed: int = 0, paired: bool = True,
               budget_s: float | None = None, json_path: str | None = None,
-              markdown_path: str | None = None,
-              header: dict[str, Any] | None = None) -> dict[str, Any]:
+              markdown_path: str | None = None, header: dict[str, Any] | None = None,
+              order: list[str] | None = None) -> dict[str, Any]:
     """Runs the entries one at a time (module docstring) and returns the JSON-ready
-    result; --json/--markdown are rewritten after every entry."""
+    result; --json/--markdown are rewritten after every entry. `order`: entry names
+    to run first after the first entry (planned_entries), for a caller whose budget
+    may not reach the end."""
     start = time.perf_counter()
     if num_steps <= 0 or warmup < 0:
         raise BenchmarkError(f"--steps={num_steps} must be > 0 and --warmup={warmup} >= 0")
@@ -852,7 +872,7 @@ def benchmark(config: str, compare: list[str] = (), *, batch: int | None = None,
     names = ["ours"] + [f"ours[{extra}]" for extra in compare]
     plan = planned_entries(specs, names, configs, model_cfgs, shapes, data, seed,
                            vs_torch=vs_torch, torch_compile=torch_compile,
-                           device_masking=device_masking, dense_mlm=dense_mlm)
+                           device_masking=device_masking, dense_mlm=dense_mlm, order=order)
 
     def result() -> dict[str, Any]:
         all_peaks = [p for e in run.entries for p in e.peaks]

@@ -121,9 +121,10 @@ def test_speed_part_summarises_the_accelerator_entries_and_judges_the_targets(tm
     monkeypatch.setattr(benchmark, "measure_cpu_peak", lambda: peak)
     part = accelerator_check.speed(context(tmp_path, quick=False, budget_s=600))
 
+    # The targets' entries first (ours, the compiled peer, talking heads), then the rest.
     assert [e["name"] for e in part["entries"]] == [
-        "ours", "torch_compiled", "torch_eager", "ours[attention=talking_heads,impl=einsum]",
-        "ours[key_size=128]", "ours_dense_mlm"]
+        "ours", "torch_compiled", "ours[attention=talking_heads,impl=einsum]", "torch_eager",
+        "ours_dense_mlm", "ours[key_size=128]"]
     assert part["ours_vs_torch_compiled"] == pytest.approx(0.065 / 0.05)
     assert part["ours_vs_torch_eager"] == pytest.approx(0.09 / 0.05)
     assert part["talking_heads_step_ratio_paired"] == pytest.approx(0.06 / 0.05)
@@ -148,3 +149,6 @@ def test_speed_part_summarises_the_accelerator_entries_and_judges_the_targets(tm
     assert "| torch_compiled | B*T=32768 (all positions) |" in table
     report["quick"] = True  # a CPU smoke run judges nothing
     assert all(t["pass"] is None for t in accelerator_check.targets(report).values())
+    report.update(quick=False, jax_cache_files_at_start=12)  # a warm cache: not cold compiles
+    warm = accelerator_check.targets(report)[accelerator_check.COMPILE_TARGET]
+    assert warm["pass"] is None and "not a cold run" in warm["note"]

@@ -148,6 +148,23 @@ def test_each_entry_is_written_before_the_next_starts_and_the_budget_skips(tmp_p
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]  # no temporary left
 
 
+def test_budget_estimates_come_from_finished_entries_of_the_same_kind():
+    run = benchmark.Run(shapes=SHAPES, num_steps=2, warmup=1, device=jax.devices()[0],
+                        paired=True, measure_peak=None, deadline=None)
+    assert run.estimate_s("ours") is None  # nothing finished: nothing to go by
+    run.entries.append(benchmark.Entry(
+        name="ours", spec="", kind="ours", runner=None, flops=1.0, flops_basis="ours",
+        mlm_predictions=1, num_params=1,
+        info={"total_s": 50.0, "lower_s": 3.0, "compile_s": 37.0}))
+    assert run.estimate_s("ours") == 50.0
+    assert run.estimate_s(benchmark.TORCH_COMPILED) == 50.0  # none of its kind yet
+    assert run.estimate_s(benchmark.TORCH_EAGER) == 10.0  # eager compiles nothing
+    run.entries.append(benchmark.Entry(
+        name="torch_eager", spec="", kind=benchmark.TORCH_EAGER, runner=None, flops=1.0,
+        flops_basis="dense", mlm_predictions=1, num_params=1, info={"total_s": 12.0}))
+    assert run.estimate_s(benchmark.TORCH_EAGER) == 12.0
+
+
 def test_torch_peer_trains_on_our_positions_and_starts_near_ln_vocab(one_torch_thread):
     from scripts import torch_peer
 
