@@ -20,16 +20,21 @@ Parts, in this order (the quick correctness checks first, then the speed numbers
    for like with the peer), key_size=128. What does not fit is skipped and recorded.
    OUT/speed.json and OUT/speed.md are rewritten after every entry.
 4. compile_scan: lowering and compiling BERT-base's step with the layers scanned
-   (model.scan_layers, `scan=true`) and unrolled (`scan=false`), the persistent cache
-   off. A config without the `scan` arg records an error for that variant.
-5. prng: a hook for the dropout-PRNG choice (see PRNG_ARG below).
+   (model.scan_layers, `scan=true`, first: expected cheaper) and unrolled
+   (`scan=false`), the persistent cache off. A config without the `scan` arg records
+   an error for that variant.
+5. prng: the dropout PRNG's cost (config.dropout_prng) through scripts/prng_cost.py's
+   measure(), one choice at a time at the speed part's shape (rbg, threefry_gpu_kernel,
+   unsafe_rbg, off; threefry is the speed part's `ours`), compile seconds and step
+   time; `pending` where scripts/prng_cost.py cannot be imported.
 6. talking_heads_memory: talking heads full vs chunked (scripts/attention_memory.py),
    XLA's compiled plan by length.
 
 Budget: --budget_s (300) bounds the run from the process's start. Each part has a
 share (SHARES); a part may use what is left minus the shares of the parts after it,
 so seconds an early part does not use roll on to the next. Parts that loop (speed,
-compile_scan, talking_heads_memory) skip what is estimated not to fit. The report
+compile_scan, prng, talking_heads_memory) skip what is estimated not to fit; before
+their first compile the estimate is the speed part's cold compile of `ours`. The report
 (OUT/check.json, OUT/check.md) is rewritten after every part, so a run cut short
 keeps every finished part; a part that raises is recorded as an error and the rest
 still run. The persistent compilation cache lives in --jax_cache (under /tmp, not
@@ -77,16 +82,14 @@ DEFAULT_CACHE = "/tmp/accelerator_check_jax_cache"
 # Seconds per part on the accelerator (sum: the default --budget_s). A cold BERT-base
 # step compiles in ~15-40 s on an H200; the speed part's entries each cost about one
 # compile (the torch.compile'd peer more).
-SHARES = {"fused_parity": 15, "bf16_agreement": 20, "speed": 165, "compile_scan": 70,
-          "prng": 0, "talking_heads_memory": 30}
+SHARES = {"fused_parity": 15, "bf16_agreement": 20, "speed": 150, "compile_scan": 50,
+          "prng": 35, "talking_heads_memory": 30}
 
-# TODO(prng): another change adds a model config field choosing the dropout PRNG
-# (threefry, the default, vs a cheaper generator). When it lands, set PRNG_ARG to its
-# configs/model.py short arg and PRNG_VALUES to its choices (the default first), and
-# give SHARES["prng"] seconds (taken from "speed"): this part then times ours at the
-# speed part's shape with each choice, paired with the first (benchmark.benchmark).
-PRNG_ARG: str | None = None
-PRNG_VALUES: tuple[str, ...] = ()
+# The dropout PRNGs the prng part measures, most wanted first (threefry, the default,
+# is the speed part's `ours`); those scripts/prng_cost.py's default_choices() does not
+# offer on this backend (threefry_gpu_kernel off GPU) are left out.
+PRNG_CHOICES = ("rbg", "threefry_gpu_kernel", "unsafe_rbg", "off")
+PRNG_CHOICES_QUICK = ("rbg",)
 
 # --quick: a 128-word vocabulary (BERT's 30,522 makes the embedding and head most of a
 # micro model's compile and step).
@@ -254,17 +257,37 @@ def speed(ctx: Context) -> dict[str, Any]:
     return out
 
 
+def cold_compile_prior(ctx: Context) -> float | None:
+    """Seconds one cold BERT-base step costs before it runs, from the speed part's `ours`
+    (build, lower, compile): the estimate for a later part's first compile."""
+    entries = ctx.report["parts"].get("speed", {}).get("entries") or []
+    ours = next((e for e in entries if e["name"] == "ours"), None)
+    if ours is None:
+        return None
+    return sum(ours.get(k) or 0.0 for k in ("build_s", "lower_s", "compile_s"))
+
+
 # -- 4: compile time, scanned vs unrolled --------------------------------------------------------
 def compile_scan(ctx: Context) -> dict[str, Any]:
-    """Cold lowering + compile seconds of our step with scan=false and scan=true, at the
-    speed part's shape, with the persistent cache off (the in-process autotuning results
-    of the speed part's compiles stay: its `ours` figure is the fully cold unrolled one)."""
+    """Cold lowering + compile seconds of our step with scan=true and scan=false, at the
+    speed part's shape, with the persistent cache off. The unrolled step is the speed
+    part's `ours` (same program, compiled there from an empty cache, which is the fully
+    cold figure): it is taken from there, and compiled again here only without it. The
+    in-process autotuning results of the speed part's compiles stay warm here."""
     shape = speed_shape(ctx.quick)
     shapes = benchmark.Shapes(shape["batch"], shape["seq_len"], shape["predictions"])
     variants: dict[str, Any] = {}
-    longest = None
-    for scan in ("false", "true"):
+    longest = cold_compile_prior(ctx)
+    entries = ctx.report["parts"].get("speed", {}).get("entries") or []
+    ours = next((e for e in entries if e["name"] == "ours"), None)
+    for scan in ("true", "false"):  # scanned first: the one not measured before
         name = f"scan={scan}"
+        if (scan == "false" and ours is not None
+                and not ours.get("model", {}).get("scan_layers", False)):
+            variants[name] = {"lower_s": ours["lower_s"], "compile_s": ours["compile_s"],
+                              "from": "the speed part's ours (the same program)",
+                              "scan_layers": False}
+            continue
         spec = f"{shape['config']},{name}"
         try:
             config = benchmark.load_config(spec)
@@ -279,7 +302,8 @@ def compile_scan(ctx: Context) -> dict[str, Any]:
         start = time.perf_counter()
         compile_cache.enable("none")
         try:
-            got = benchmark.compile_seconds(cfg, benchmark.optimizer_config(config), shapes)
+            got = benchmark.compile_seconds(cfg, benchmark.optimizer_config(config), shapes,
+                                            dropout_prng=config.get("dropout_prng"))
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             got = {"error": f"{type(e).__name__}: {e}"[:500]}
@@ -287,7 +311,8 @@ def compile_scan(ctx: Context) -> dict[str, Any]:
             compile_cache.enable(ctx.cache_setting)
         got["scan_layers"] = getattr(cfg, "scan_layers", None)
         variants[name] = got
-        longest = max(longest or 0.0, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        longest = seconds if longest is None else max(longest, seconds)
         print(f"compile_scan {name}: {json.dumps(got, default=str)[:300]}", flush=True)
     timed = {k: v["lower_s"] + v["compile_s"] for k, v in variants.items() if "compile_s" in v}
     out: dict[str, Any] = {"variants": variants, "lower_plus_compile_s": timed}
@@ -301,24 +326,41 @@ def compile_scan(ctx: Context) -> dict[str, Any]:
     return out
 
 
-# -- 5: the dropout PRNG (hook) -----------------------------------------------------------------
+# -- 5: the dropout PRNG --------------------------------------------------------------------------
 def prng(ctx: Context) -> dict[str, Any]:
-    if PRNG_ARG is None:
-        return {"pending": "TODO(prng): no dropout-PRNG config arg yet (PRNG_ARG in "
-                           "scripts/accelerator_check.py)", "pass": None}
+    """scripts/prng_cost.py's measure() per choice (cold compile, HLO counts, step time),
+    against the speed part's `ours` (threefry)."""
+    try:
+        from scripts import prng_cost
+    except ImportError as e:
+        return {"pending": f"scripts/prng_cost.py cannot be imported: {e}", "pass": None}
     shape = speed_shape(ctx.quick)
-    first, *others = PRNG_VALUES
-    result = benchmark.benchmark(
-        f"{shape['config']},{PRNG_ARG}={first}", [f"{PRNG_ARG}={v}" for v in others],
-        batch=shape["batch"], seq_len=shape["seq_len"], predictions=shape["predictions"],
-        num_steps=3 if ctx.quick else 20, warmup=1 if ctx.quick else 3,
-        peak_flops=hardware.peak_flops_per_device() if ctx.quick else None,
-        budget_s=max(ctx.seconds_left(), 1.0), header={"jax_cache": ctx.cache_setting})
-    return {"step_time_median_s": {e["name"]: e["step_time_median_s"]
-                                   for e in result["entries"]},
-            "paired_step_time_ratio": {e["name"]: e["paired_step_time_ratio"]
-                                       for e in result["entries"]},
-            "skipped": result["skipped"], "pass": None}
+    offered = set(prng_cost.default_choices())
+    choices = [c for c in (PRNG_CHOICES_QUICK if ctx.quick else PRNG_CHOICES) if c in offered]
+    rows: dict[str, Any] = {}
+    skipped = []
+    longest = cold_compile_prior(ctx)
+    for choice in choices:
+        left = ctx.seconds_left()
+        if longest is not None and longest > left:
+            skipped.append(f"{choice}: estimated {longest:.0f}s exceeds the {left:.0f}s left")
+            continue
+        start = time.perf_counter()
+        [row] = prng_cost.measure(shape["config"], batch=shape["batch"],
+                                  seq_len=shape["seq_len"], choices=[choice],
+                                  steps=3 if ctx.quick else 10)
+        rows[choice] = row
+        seconds = time.perf_counter() - start
+        longest = seconds if longest is None else max(longest, seconds)
+    speed_part = ctx.report["parts"].get("speed", {})
+    threefry_step = (speed_part.get("step_time_median_s") or {}).get("ours")
+    return {
+        "compile_s": {c: r.get("compile_s") for c, r in rows.items()},
+        "step_s": {c: r.get("step_s") for c, r in rows.items()},
+        "threefry_step_s (speed part's ours)": threefry_step,
+        "step_vs_threefry": {c: r["step_s"] / threefry_step for c, r in rows.items()
+                             if r.get("step_s") and threefry_step},
+        "rows": rows, "skipped": skipped, "pass": None}
 
 
 # -- 6: talking-heads memory ------------------------------------------------------------------
@@ -327,7 +369,8 @@ def talking_heads_memory(ctx: Context) -> dict[str, Any]:
     size, lengths = ("micro", (256,)) if ctx.quick else ("base", (2048, 4096))
     rows: list[dict[str, Any]] = []
     skipped = []
-    longest = None
+    prior = cold_compile_prior(ctx)  # a row compiles twice (full, chunked)
+    longest = None if prior is None else 2 * prior
     for length in lengths:
         left = ctx.seconds_left()
         if longest is not None and longest > left:
@@ -343,7 +386,8 @@ def talking_heads_memory(ctx: Context) -> dict[str, Any]:
             row[impl] = attention_memory.compiled_bytes(cfg, length, 20)
         row["chunked_over_full"] = row["chunked"]["total_gib"] / row["full"]["total_gib"]
         rows.append(row)
-        longest = max(longest or 0.0, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        longest = seconds if longest is None else max(longest, seconds)
     # Target of docs/PERFORMANCE.md (d): chunked at most 25% of full at 2048 tokens.
     at_2048 = [r["chunked_over_full"] for r in rows if r["seq_len"] == 2048]
     return {"rows": rows, "skipped": skipped,
@@ -483,7 +527,7 @@ def run(out: str, quick: bool, budget_s: float, cache_setting: str) -> dict[str,
         "jax_cache": cache_setting, "jax_cache_files_at_start": cached, "parts": {}}
     for name, check in PARTS.items():
         budget = part_budget(name, budget_s)
-        if budget <= 0 and not (name == "prng" and PRNG_ARG is None):
+        if budget <= 0:
             report["parts"][name] = {"skipped": f"no time left ({budget:.0f}s)",
                                      "budget_s": budget, "seconds": 0.0, "pass": None}
             print(f"{name}: skipped, no time left", flush=True)

@@ -344,8 +344,10 @@ def count_params(params: Any) -> int:
 
 def our_step(cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict, shapes: Shapes,
              batch: dict[str, np.ndarray], seed: int, dense: bool,
-             device_masking: bool = False) -> tuple[Any, Callable[[jax.Array], Any], Any]:
-    """(jitted step with donated state, init_state(rng), the host batch it is fed)."""
+             device_masking: bool = False, dropout_prng: str | None = None,
+             ) -> tuple[Any, Callable[[jax.Array], Any], Any]:
+    """(jitted step with donated state, init_state(rng), the host batch it is fed).
+    `dropout_prng`: the config's (configs/pretrain.py); None: training/steps.py's default."""
     model = BertForMaskedLM(cfg)
     optimizer, schedule = make_optimizer(opt_cfg, schedule_steps(opt_cfg))
 
@@ -365,16 +367,17 @@ def our_step(cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict, shapes: Shape
         fed["mask_stream"] = np.stack([np.full(shapes.batch, seed), np.ones(shapes.batch),
                                        np.zeros(shapes.batch), np.arange(shapes.batch)],
                                       axis=1).astype(np.int32)
-    train_step = steps.make_train_step(model, optimizer, schedule, seed, masker=masker)
+    prng = {} if dropout_prng is None else {"dropout_prng": dropout_prng}
+    train_step = steps.make_train_step(model, optimizer, schedule, seed, masker=masker, **prng)
     return jax.jit(train_step, donate_argnums=(0,)), init_state, fed
 
 
 def our_entry(name: str, spec: str, cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict,
               shapes: Shapes, batch: dict[str, np.ndarray], seed: int, dense: bool,
-              device_masking: bool = False) -> Entry:
+              device_masking: bool = False, dropout_prng: str | None = None) -> Entry:
     """Ours, built: parameters, optimizer state and batch on the device (not compiled)."""
     step_fn, init_state, fed = our_step(cfg, opt_cfg, shapes, batch, seed, dense,
-                                        device_masking)
+                                        device_masking, dropout_prng)
     state = jax.block_until_ready(jax.jit(init_state)(jax.random.key(seed)))
     predictions = shapes.tokens if dense else shapes.batch * shapes.predictions
     return Entry(
@@ -382,16 +385,18 @@ def our_entry(name: str, spec: str, cfg: ModelConfig, opt_cfg: ml_collections.Co
         runner=JaxRunner(step_fn, state, jax.block_until_ready(jax.device_put(fed))),
         flops=flop_count(cfg, shapes.seq_len).train_step(shapes.tokens, predictions),
         flops_basis=DENSE if dense else OURS, mlm_predictions=predictions,
-        num_params=count_params(state["params"]), info={"model": cfg.to_dict()},
+        num_params=count_params(state["params"]),
+        info={"model": cfg.to_dict(), "dropout_prng": dropout_prng or "default"},
     )
 
 
 def compile_seconds(cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict, shapes: Shapes,
-                    seed: int = 0) -> dict[str, float]:
+                    seed: int = 0, dropout_prng: str | None = None) -> dict[str, float]:
     """Lowering and compiling our step for `cfg` from abstract shapes (no state is built):
     what a cold start pays before its first step (scripts/accelerator_check.py)."""
     batch = synthetic_batch(shapes, cfg.vocab_size, seed)
-    step_fn, init_state, fed = our_step(cfg, opt_cfg, shapes, batch, seed, dense=False)
+    step_fn, init_state, fed = our_step(cfg, opt_cfg, shapes, batch, seed, dense=False,
+                                        dropout_prng=dropout_prng)
     state = jax.eval_shape(init_state, jax.random.key(seed))
     start = time.perf_counter()
     lowered = step_fn.lower(state, jax.tree.map(jnp.asarray, fed))
@@ -798,8 +803,10 @@ def planned_entries(specs: list[str], names: list[str], configs: list[Any],
     entries to run first, in that order, right after the first entry (which stays first:
     it is every ratio's baseline)."""
     first_cfg, first_opt = model_cfgs[0], optimizer_config(configs[0])
+    first_prng = configs[0].get("dropout_prng")  # configs/model.py has none: the default
     plan = [Planned(names[0], specs[0], "ours", lambda: our_entry(
-        names[0], specs[0], first_cfg, first_opt, shapes, data, seed, False))]
+        names[0], specs[0], first_cfg, first_opt, shapes, data, seed, False,
+        dropout_prng=first_prng))]
     for compiled in [False] * vs_torch + [True] * torch_compile:
         plan.append(Planned(TORCH_COMPILED if compiled else TORCH_EAGER,
                             "transformers BertForMaskedLM", TORCH_COMPILED if compiled
@@ -807,14 +814,16 @@ def planned_entries(specs: list[str], names: list[str], configs: list[Any],
                                 first_cfg, first_opt, shapes, data, seed, c)))
     for name, spec, cfg, c in zip(names[1:], specs[1:], model_cfgs[1:], configs[1:], strict=True):
         plan.append(Planned(name, spec, "ours", lambda n=name, s=spec, m=cfg, c=c: our_entry(
-            n, s, m, optimizer_config(c), shapes, data, seed, False)))
+            n, s, m, optimizer_config(c), shapes, data, seed, False,
+            dropout_prng=c.get("dropout_prng"))))
     if device_masking:
         plan.append(Planned("ours_device_masking", specs[0], "ours", lambda: our_entry(
             "ours_device_masking", specs[0], first_cfg, first_opt, shapes, data, seed, False,
-            device_masking=True)))
+            device_masking=True, dropout_prng=first_prng)))
     if dense_mlm:
         plan.append(Planned("ours_dense_mlm", specs[0], "ours", lambda: our_entry(
-            "ours_dense_mlm", specs[0], first_cfg, first_opt, shapes, data, seed, True)))
+            "ours_dense_mlm", specs[0], first_cfg, first_opt, shapes, data, seed, True,
+            dropout_prng=first_prng)))
     if order:
         unknown = sorted(set(order) - {p.name for p in plan})
         if unknown:

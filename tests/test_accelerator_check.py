@@ -15,7 +15,7 @@ from scripts import accelerator_check, benchmark
 
 
 def context(tmp_path, quick: bool = True, budget_s: float = 100.0):
-    return accelerator_check.Context(quick, str(tmp_path), "none", budget_s, {})
+    return accelerator_check.Context(quick, str(tmp_path), "none", budget_s, {"parts": {}})
 
 
 @pytest.mark.slow  # compiles several models
@@ -97,7 +97,8 @@ STEP_SECONDS = {"ours": 0.05, "torch_compiled": 0.065, "torch_eager": 0.09,
 
 def test_speed_part_summarises_the_accelerator_entries_and_judges_the_targets(tmp_path,
                                                                              monkeypatch):
-    def our_entry(name, spec, cfg, opt_cfg, shapes, data, seed, dense, device_masking=False):
+    def our_entry(name, spec, cfg, opt_cfg, shapes, data, seed, dense, device_masking=False,
+                  dropout_prng=None):
         predictions = shapes.tokens if dense else shapes.batch * shapes.predictions
         return benchmark.Entry(
             name=name, spec=spec, kind="ours", runner=FakeRunner(STEP_SECONDS[name], True),
@@ -152,3 +153,18 @@ def test_speed_part_summarises_the_accelerator_entries_and_judges_the_targets(tm
     report.update(quick=False, jax_cache_files_at_start=12)  # a warm cache: not cold compiles
     warm = accelerator_check.targets(report)[accelerator_check.COMPILE_TARGET]
     assert warm["pass"] is None and "not a cold run" in warm["note"]
+
+
+def test_compile_scan_takes_the_unrolled_figure_from_the_speed_part_and_keeps_to_its_budget(
+        tmp_path):
+    """The unrolled step is the speed part's `ours`: its cold compile is reused, not
+    repeated; the scanned one, estimated from it (40 s) with 10 s left, is skipped."""
+    ctx = context(tmp_path, quick=True, budget_s=10.0)
+    ctx.report["parts"]["speed"] = {"entries": [
+        {"name": "ours", "build_s": 5.0, "lower_s": 3.0, "compile_s": 32.0,
+         "model": {"scan_layers": False}}]}
+    part = accelerator_check.compile_scan(ctx)
+    assert part["variants"]["scan=false"]["compile_s"] == 32.0
+    assert "estimated 40s exceeds" in part["variants"]["scan=true"]["skipped"]
+    assert part["lower_plus_compile_s"] == {"scan=false": 35.0}
+    assert "scan=true" in part["not_measured"]
