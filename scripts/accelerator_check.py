@@ -207,18 +207,23 @@ KEY_SIZE = "key_size=128"
 def speed(ctx: Context) -> dict[str, Any]:
     shape = speed_shape(ctx.quick)
     talking = f"ours[{TALKING_HEADS}]"
+    try:  # without torch (or with a torch that cannot load), ours' entries still run
+        benchmark.import_torch_peer()
+        peer_problem = None
+    except benchmark.BenchmarkError as e:
+        peer_problem = str(e)
+    peers = peer_problem is None
+    # torch.compile (Inductor's C++ path) takes ~35 s for a one-layer model on this
+    # repository's 2-core CPU: the quick run leaves it out (the report says so).
+    compiled_peer = peers and not ctx.quick
     # The targets' entries first: the budget may not reach the end.
-    order = ([] if ctx.quick else [benchmark.TORCH_COMPILED]) + [
-        talking, benchmark.TORCH_EAGER, "ours_dense_mlm", f"ours[{KEY_SIZE}]"]
+    order = [benchmark.TORCH_COMPILED] * compiled_peer + [talking] + [
+        benchmark.TORCH_EAGER] * peers + ["ours_dense_mlm", f"ours[{KEY_SIZE}]"]
     result = benchmark.benchmark(
         shape["config"], [TALKING_HEADS, KEY_SIZE], batch=shape["batch"],
         seq_len=shape["seq_len"], predictions=shape["predictions"],
         num_steps=3 if ctx.quick else 20, warmup=1 if ctx.quick else 3, dense_mlm=True,
-        vs_torch=True,
-        # torch.compile (Inductor's C++ path) takes ~35 s for a one-layer model on this
-        # repository's 2-core CPU: the quick run leaves it out (it is not skipped silently:
-        # the report says so).
-        torch_compile=not ctx.quick,
+        vs_torch=peers, torch_compile=compiled_peer,
         # On CPU: the matmul peak measured once, not once per round.
         peak_flops=hardware.peak_flops_per_device() if ctx.quick else None,
         budget_s=max(ctx.seconds_left(), 1.0),
@@ -249,7 +254,11 @@ def speed(ctx: Context) -> dict[str, Any]:
         "entries": result["entries"],
         "table": benchmark.markdown_table(result) if result["entries"] else "",
     }
-    if ctx.quick:
+    if peer_problem is not None:
+        out["skipped"] = out["skipped"] + [
+            {"name": name, "reason": peer_problem}
+            for name in (benchmark.TORCH_COMPILED, benchmark.TORCH_EAGER)]
+    elif ctx.quick:
         out["skipped"] = out["skipped"] + [{
             "name": benchmark.TORCH_COMPILED,
             "reason": "--quick: torch.compile on a CPU takes ~35 s for a one-layer model"}]

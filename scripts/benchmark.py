@@ -413,8 +413,9 @@ def import_torch_peer() -> Any:
     where torch or transformers is missing."""
     try:
         from scripts import torch_peer
-    except ImportError as e:
-        raise BenchmarkError(f"--vs_torch/--torch_compile need torch and transformers: {e}") from e
+    except Exception as e:  # ImportError, or a CUDA library torch cannot load (OSError)
+        raise BenchmarkError(f"--vs_torch/--torch_compile need torch and transformers: "
+                             f"{type(e).__name__}: {e}") from e
     return torch_peer
 
 
@@ -433,6 +434,10 @@ def torch_entry(cfg: ModelConfig, opt_cfg: ml_collections.ConfigDict, shapes: Sh
     """transformers' PyTorch BertForMaskedLM (scripts/torch_peer.py), built on the GPU
     when torch sees one. Its head scores all B*T positions: dense-head FLOPs."""
     torch_peer = import_torch_peer()
+    ours = jax.devices()[0].platform
+    if ours != "cpu" and torch_peer.default_device().type == "cpu":
+        raise BenchmarkError(f"torch sees no CUDA device while JAX runs on {ours}: the peer "
+                             "would time the CPU")
     peer = torch_peer.TorchPeer(cfg, opt_cfg, batch, seed, compile=compile,
                                 total_steps=schedule_steps(opt_cfg))
     mode = "torch.compile" if compile else "eager"
@@ -645,6 +650,16 @@ def run_entry(run: Run, planned: Planned) -> Entry:
     the caller releases the others). Its seconds are in entry.info."""
     start = time.perf_counter()
     entry = planned.build()
+    try:
+        measure_entry(run, entry, start)
+    except BaseException:
+        entry.runner.close()  # an out-of-memory entry must not hold memory for the next
+        raise
+    return entry
+
+
+def measure_entry(run: Run, entry: Entry, start: float) -> None:
+    """run_entry's part after the build: compile, warm up, time, record."""
     entry.info["build_s"] = time.perf_counter() - start
     progress(f"{entry.name}: built in {entry.info['build_s']:.1f}s")
     entry.info.update(entry.runner.prepare(run.warmup))
@@ -672,7 +687,6 @@ def run_entry(run: Run, planned: Planned) -> Entry:
     progress(f"{entry.name}: median step {median:.4f}s over {len(entry.times)} steps, "
              f"{run.shapes.tokens / median:.0f} tokens/s, loss {entry.info['loss_last_step']:.3f}; "
              f"{entry.info['total_s']:.1f}s in all")
-    return entry
 
 
 def entry_peak(entry: Entry, peak: float) -> float:
@@ -862,10 +876,12 @@ def benchmark(config: str, compare: list[str] = (), *, batch: int | None = None,
                                  f"max_position_embeddings={cfg.max_position_embeddings}")
     if len({cfg.vocab_size for cfg in model_cfgs}) != 1:
         raise BenchmarkError("every entry needs the same model.vocab_size (one synthetic batch)")
+    # JAX's backend first, then torch: each loads its CUDA libraries (cuDNN, ...) once
+    # per process, and JAX refuses an older cuDNN than it was built with.
+    device = jax.devices()[0]
     if vs_torch or torch_compile:
         check_torch_peer(model_cfgs[0])  # refuse before anything is built
     data = synthetic_batch(shapes, model_cfgs[0].vocab_size, seed)
-    device = jax.devices()[0]
     load_before = os.getloadavg()  # other processes' CPU demand shows in the times
 
     if peak_flops:

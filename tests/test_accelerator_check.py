@@ -95,30 +95,32 @@ STEP_SECONDS = {"ours": 0.05, "torch_compiled": 0.065, "torch_eager": 0.09,
                 "ours_dense_mlm": 0.062}
 
 
+def fake_our_entry(name, spec, cfg, opt_cfg, shapes, data, seed, dense, device_masking=False,
+                   dropout_prng=None):
+    predictions = shapes.tokens if dense else shapes.batch * shapes.predictions
+    return benchmark.Entry(
+        name=name, spec=spec, kind="ours", runner=FakeRunner(STEP_SECONDS[name], True),
+        flops=flop_count(cfg, shapes.seq_len).train_step(shapes.tokens, predictions),
+        flops_basis=benchmark.DENSE if dense else benchmark.OURS,
+        mlm_predictions=predictions, num_params=1)
+
+
+def fake_torch_entry(cfg, opt_cfg, shapes, data, seed, compile):
+    name = benchmark.TORCH_COMPILED if compile else benchmark.TORCH_EAGER
+    return benchmark.Entry(
+        name=name, spec="peer", kind=name, runner=FakeRunner(STEP_SECONDS[name], False),
+        flops=flop_count(cfg, shapes.seq_len).train_step(shapes.tokens, shapes.tokens),
+        flops_basis=benchmark.DENSE, mlm_predictions=shapes.tokens, num_params=1)
+
+
 def test_speed_part_summarises_the_accelerator_entries_and_judges_the_targets(tmp_path,
                                                                              monkeypatch):
-    def our_entry(name, spec, cfg, opt_cfg, shapes, data, seed, dense, device_masking=False,
-                  dropout_prng=None):
-        predictions = shapes.tokens if dense else shapes.batch * shapes.predictions
-        return benchmark.Entry(
-            name=name, spec=spec, kind="ours", runner=FakeRunner(STEP_SECONDS[name], True),
-            flops=flop_count(cfg, shapes.seq_len).train_step(shapes.tokens, predictions),
-            flops_basis=benchmark.DENSE if dense else benchmark.OURS,
-            mlm_predictions=predictions, num_params=1)
-
-    def torch_entry(cfg, opt_cfg, shapes, data, seed, compile):
-        name = benchmark.TORCH_COMPILED if compile else benchmark.TORCH_EAGER
-        return benchmark.Entry(
-            name=name, spec="peer", kind=name, runner=FakeRunner(STEP_SECONDS[name], False),
-            flops=flop_count(cfg, shapes.seq_len).train_step(shapes.tokens, shapes.tokens),
-            flops_basis=benchmark.DENSE, mlm_predictions=shapes.tokens, num_params=1)
-
     shape = accelerator_check.speed_shape(quick=False)
     cfg = benchmark.ModelConfig.from_config(benchmark.load_config(shape["config"]).model)
     ours_flops = flop_count(cfg, 128).train_step(256 * 128, 256 * 20)
     peak = ours_flops / 0.05 / 0.4  # ours' MFU: 0.4, below the 0.45 wanted
-    monkeypatch.setattr(benchmark, "our_entry", our_entry)
-    monkeypatch.setattr(benchmark, "torch_entry", torch_entry)
+    monkeypatch.setattr(benchmark, "our_entry", fake_our_entry)
+    monkeypatch.setattr(benchmark, "torch_entry", fake_torch_entry)
     monkeypatch.setattr(benchmark, "measure_cpu_peak", lambda: peak)
     part = accelerator_check.speed(context(tmp_path, quick=False, budget_s=600))
 
@@ -168,3 +170,20 @@ def test_compile_scan_takes_the_unrolled_figure_from_the_speed_part_and_keeps_to
     assert "estimated 40s exceeds" in part["variants"]["scan=true"]["skipped"]
     assert part["lower_plus_compile_s"] == {"scan=false": 35.0}
     assert "scan=true" in part["not_measured"]
+
+
+def test_speed_part_runs_ours_without_a_loadable_torch(tmp_path, monkeypatch):
+    def no_torch():
+        raise benchmark.BenchmarkError("--vs_torch/--torch_compile need torch and "
+                                       "transformers: OSError: libcudnn.so.9")
+
+    monkeypatch.setattr(benchmark, "import_torch_peer", no_torch)
+    monkeypatch.setattr(benchmark, "our_entry", fake_our_entry)
+    monkeypatch.setattr(benchmark, "measure_cpu_peak", lambda: 1e12)
+    part = accelerator_check.speed(context(tmp_path, quick=False, budget_s=600))
+    assert [e["name"] for e in part["entries"]] == [
+        "ours", "ours[attention=talking_heads,impl=einsum]", "ours_dense_mlm",
+        "ours[key_size=128]"]
+    assert {s["name"] for s in part["skipped"]} == {"torch_compiled", "torch_eager"}
+    assert all("libcudnn" in s["reason"] for s in part["skipped"])
+    assert part["ours_vs_torch_compiled"] is None
