@@ -29,6 +29,7 @@ PRETRAIN_ARGS = {
     "seed": "seed",
     "preds": "data.max_predictions_per_seq",
     "init_from": "init_from",
+    "dropout_prng": "dropout_prng",
 }
 
 
@@ -38,6 +39,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     config = ml_collections.ConfigDict()
     config.seed = 0  # drives init, data order, masking and dropout
+    # The PRNG of the dropout masks: threefry | threefry_gpu_kernel | rbg | unsafe_rbg
+    # (training/steps.py). Part of the run: a resume with another is refused.
+    config.dropout_prng = "threefry"
     # Warm start (training/warm_start.py): a pretraining workdir or a Hugging Face BERT (hub
     # id or directory). A new run takes its architecture (model.* settings other than
     # dropout, dtype, remat and the attention implementation are not used), tokenizer and

@@ -123,8 +123,10 @@ class DeviceMasker(MaskingRecipe):
 
 
 def row_key(stream: jax.Array) -> jax.Array:
-    """key(seed) folded with the stream, a and b of one row's mask_stream [4]."""
-    key = jax.random.key(stream[0].astype(jnp.uint32))
+    """key(seed) folded with the stream, a and b of one row's mask_stream [4]. Always
+    threefry (not jax's default PRNG, nor config.dropout_prng): these draws are the data,
+    the same on every backend and under vmap (rbg keys would draw from the first row's)."""
+    key = jax.random.key(stream[0].astype(jnp.uint32), impl="threefry2x32")
     for value in (stream[1], stream[2], stream[3]):
         key = jax.random.fold_in(key, value.astype(jnp.uint32))
     return key

@@ -507,7 +507,8 @@ def compile_run(tuning: Tuning, pretrained: Pretrained, num_train: int, learning
     # Dropout keys fold the step into key(seed + 1), apart from the init key above.
     train_step = sharded.jit_step(steps.make_train_step(
         model, optimizer, schedule, seed + 1, prepare_params=sharded.gather,
-        objective=tuning.objective))
+        objective=tuning.objective,
+        dropout_prng=config.get("dropout_prng", steps.DEFAULT_DROPOUT_PRNG)))
     with mesh, nn.logical_axis_rules(rules):
         predict = jax.jit(tuning.predict_step(model, sharded.gather))
     checkpointer = checkpoints.Checkpointer(os.path.join(run_dir, "checkpoints"), keep_last=1)
@@ -786,6 +787,11 @@ def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None
     }
     if config.get("group_by_length"):  # only when set: older workdirs keep their identity
         identity["group_by_length"] = True
+    # Only when not threefry (threefry_gpu_kernel draws its bits): older workdirs keep
+    # their identity. An unknown one: a ValueError naming the field, before anything runs.
+    dropout_prng = steps.dropout_prng_identity(config.get("dropout_prng"))
+    if dropout_prng != steps.DEFAULT_DROPOUT_PRNG:
+        identity["dropout_prng"] = dropout_prng
     for window in ("doc_stride", "max_query_length"):  # SQuAD's windows
         if window in config:
             identity[window] = config[window]
@@ -796,8 +802,8 @@ def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None
             raise ValueError(f"{path}: holds no JSON object; use a new --workdir")
         saved_json = json.dumps(saved, sort_keys=True, default=str)
         if saved_json != json.dumps(identity, sort_keys=True, default=str):
-            changed = sorted(k for k in identity if json.dumps(saved.get(k), default=str)
-                             != json.dumps(identity[k], default=str))
+            changed = sorted(k for k in set(identity) | set(saved) if json.dumps(
+                saved.get(k), default=str) != json.dumps(identity.get(k), default=str))
             raise ValueError(
                 f"{workdir} holds GLUE runs of a different setup ({', '.join(changed)} "
                 f"changed); use a new --workdir"

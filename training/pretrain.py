@@ -47,6 +47,7 @@ from training.resume import (  # noqa: F401  (importable from here, as before)
     UNSAVED_IDENTITY_FIELDS,
     check_same_architecture,
     check_same_data,
+    check_same_dropout_prng,
     check_schedule,
     data_identity,
     flatten,
@@ -76,6 +77,7 @@ def validate(config: ml_collections.ConfigDict, warm: bool = False) -> None:
                          f"host")
     if config.nonfinite not in ("error", "skip"):
         raise ValueError(f"nonfinite={config.nonfinite!r} is unknown; choose error or skip")
+    steps.dropout_prng_identity(config.get("dropout_prng"))  # an unknown one: ValueError
     if config.init_from_step is not None and not config.init_from:
         raise ValueError("init_from_step is set but init_from is not")
     make_optimizer(config.optimizer, config.num_train_steps)  # OptimizerError naming the field
@@ -122,7 +124,8 @@ def compile_for_mesh(model, optimizer, schedule, config, mesh, rules,
     state = sharding.ShardedState(init_state, mesh, rules, jax.random.key(config.seed))
     train_step = state.jit_step(steps.make_train_step(
         model, optimizer, schedule, config.seed, config.grad_accum_steps,
-        config.nonfinite == "skip", prepare_params=state.gather, masker=masker))
+        config.nonfinite == "skip", prepare_params=state.gather, masker=masker,
+        dropout_prng=config.get("dropout_prng", steps.DEFAULT_DROPOUT_PRNG)))
     with mesh, nn.logical_axis_rules(rules):
         eval_step = jax.jit(steps.make_eval_step(model, state.gather, masker))
     return Compiled(state.abstract, state.shardings, state.init, train_step, eval_step)
@@ -315,6 +318,7 @@ def restore_or_init(run: Run) -> tuple[Any, dict[str, Any] | None, int]:
         def refuse_another_run(saved: dict[str, Any]) -> None:
             check_same_architecture(saved, run.model_cfg, run.workdir)
             check_same_data(saved, run.identity, run.config.data, run.workdir)
+            check_same_dropout_prng(saved, run.config, run.workdir)
 
         state, saved, start = plan.checkpointer.restore(compiled.abstract_state,
                                                         check_config=refuse_another_run)

@@ -12,7 +12,7 @@ import input_pipeline
 from attention import registry
 from models import ModelConfig
 from models.config import EXECUTION_FIELDS, LEGACY_DEFAULTS
-from training import metrics
+from training import metrics, steps
 from training.optimizer import make_optimizer
 from training.pretrain_loop import TrainingError
 
@@ -118,6 +118,21 @@ def check_same_data(saved: dict[str, Any], identity: dict[str, str],
         raise TrainingError(
             f"{path} was trained with another tokenizer than {identity.get('tokenizer_dir')}; "
             f"resume with the run's own tokenizer/ or use a new --workdir")
+
+
+def check_same_dropout_prng(saved: dict[str, Any], config: ml_collections.ConfigDict,
+                            path: str) -> None:
+    """Refuses to continue a run with dropout masks from another PRNG (config.dropout_prng):
+    from the resumed step on it would be another run than the one its checkpoints began.
+    A checkpoint saved before the field drew them with threefry; threefry_gpu_kernel draws
+    threefry's bits (training/steps.py), so the two resume each other."""
+    before = saved.get("dropout_prng", steps.DEFAULT_DROPOUT_PRNG)
+    now = config.get("dropout_prng", steps.DEFAULT_DROPOUT_PRNG)
+    if steps.dropout_prng_identity(before) != steps.dropout_prng_identity(now):
+        raise TrainingError(
+            f"{path} was trained with dropout_prng={before!r}, not {now!r}: its dropout masks "
+            f"would change from the resumed step on; resume with --config.dropout_prng="
+            f"{before} or use a new --workdir")
 
 
 # Fields that define the learning rate at every step: a resume with other values runs

@@ -137,6 +137,43 @@ def make_span_predict_step(model, prepare_params=lambda params: params):
     return predict
 
 
+# config.dropout_prng -> the jax.random.key implementation that draws dropout masks (the
+# batch's masking, input_pipeline/device_masking.py, stays on threefry: its draws are the
+# data). rbg and unsafe_rbg draw with XLA's RngBitGenerator: other bits than threefry, and
+# not the same bits on CPU, GPU and TPU; under jax.vmap over a batch of keys they draw
+# from the first key only (JAX's documented caveat; the step never vmaps dropout keys:
+# micro-batches, scanned layers and talking-heads chunks fold an index into the key under
+# lax.scan). unsafe_rbg also derives keys (fold_in) with RngBitGenerator, untested for
+# independence. threefry_gpu_kernel is threefry with jax_threefry_gpu_kernel_lowering:
+# on GPU each threefry call becomes one kernel instead of the hash's unrolled rounds in
+# the program (faster to compile), and the bits are the same, so it may resume a
+# threefry run and a threefry run may resume it; on CPU and TPU the flag changes nothing.
+DROPOUT_PRNGS = {"threefry": "threefry2x32", "threefry_gpu_kernel": "threefry2x32",
+                 "rbg": "rbg", "unsafe_rbg": "unsafe_rbg"}
+DEFAULT_DROPOUT_PRNG = "threefry"  # a run or checkpoint without the field drew with it
+
+
+def dropout_prng_identity(name: str | None) -> str:
+    """The masks a dropout_prng draws, as a resume compares them: threefry_gpu_kernel is
+    threefry; None (a config from before the field) is threefry; an unknown name is a
+    ValueError naming the field."""
+    name = DEFAULT_DROPOUT_PRNG if name is None else str(name)
+    if name not in DROPOUT_PRNGS:
+        raise ValueError(f"dropout_prng={name!r} is unknown; choose one of "
+                         f"{' | '.join(DROPOUT_PRNGS)}")
+    return "threefry" if DROPOUT_PRNGS[name] == "threefry2x32" else name
+
+
+def use_dropout_prng(dropout_prng: str = DEFAULT_DROPOUT_PRNG) -> str:
+    """jax.random.key's impl for a dropout_prng, before a step using it is traced.
+    threefry_gpu_kernel sets jax_threefry_gpu_kernel_lowering for the process: every
+    threefry draw, the batch's masking too, then lowers to the kernel, with the same bits."""
+    dropout_prng_identity(dropout_prng)  # an unknown name: one error naming the field
+    if dropout_prng == "threefry_gpu_kernel":
+        jax.config.update("jax_threefry_gpu_kernel_lowering", True)
+    return DROPOUT_PRNGS[dropout_prng]
+
+
 def global_norm(tree: Any) -> jax.Array:
     return optax.global_norm(tree)
 
@@ -144,17 +181,19 @@ def global_norm(tree: Any) -> jax.Array:
 def make_train_step(model, optimizer: optax.GradientTransformation, schedule, seed: int,
                     grad_accum_steps: int = 1, skip_nonfinite: bool = False,
                     prepare_params=lambda params: params, masker=None,
-                    objective=None):
+                    objective=None, dropout_prng: str = DEFAULT_DROPOUT_PRNG):
     """Returns train_step(state, batch) -> (state, metrics); state = {step, params, opt_state}.
 
     `objective`: MLMObjective (pretraining, the default) or ClassifierObjective (GLUE).
     `prepare_params` maps stored params to their compute layout (e.g. the FSDP
     all-gather of training/sharding.fsdp_gather); gradients flow back through it.
     `masker` (input_pipeline.device_masking.DeviceMasker) masks unmasked host batches
-    inside the step; None: the batch arrives masked.
+    inside the step; None: the batch arrives masked. `dropout_prng`: the PRNG of the
+    dropout masks (DROPOUT_PRNGS).
     """
 
     objective = objective or MLMObjective()
+    impl = use_dropout_prng(dropout_prng)
 
     def loss_and_sums(params, batch, rng, denominator):
         sums = objective.sums(model, prepare_params(params), batch, deterministic=False,
@@ -169,7 +208,7 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
         if masker is not None:
             batch = masker(batch)
         # The dropout key is a function of (seed, step): a resumed run draws the same masks.
-        rng = jax.random.fold_in(jax.random.key(seed), state["step"])
+        rng = jax.random.fold_in(jax.random.key(seed, impl=impl), state["step"])
         # Mean over every real target of the global batch (all micro-batches).
         denominator = jnp.maximum(jnp.sum(objective.weights(batch)), 1.0)
         grads, sums = accumulated_grads(grad_fn, state["params"], batch, rng, denominator,

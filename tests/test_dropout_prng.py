@@ -1,0 +1,119 @@
+"""config.dropout_prng (training/steps.py): the PRNG of the dropout masks is part of a
+run. Each choice draws its own masks (threefry_gpu_kernel: threefry's); a resume with
+another is refused in one line naming the field, one without the field means threefry,
+and a run on a non-default PRNG resumes bit-exactly. Fine-tuning: the workdir identity."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import final_params, mlm_batch, tiny_model_config, tiny_run_config
+
+from configs import glue as glue_configs
+from training import finetune, steps
+from training.pretrain import TrainingError, train_and_evaluate, validate
+from training.resume import check_same_dropout_prng
+
+
+def one_step(dropout_prng: str):
+    """(loss_sum, new params) of one train step of a one-layer model with dropout 0.1."""
+    import flax.linen as nn
+
+    from configs import pretrain
+    from models import BertForMaskedLM
+    from training.optimizer import make_optimizer
+
+    model = BertForMaskedLM(tiny_model_config(num_layers=1, dropout_rate=0.1,
+                                              attention_dropout_rate=0.1))
+    optimizer, schedule = make_optimizer(pretrain.get_config().optimizer, 100)
+    batch = mlm_batch(2, 12, 3, 97)
+    params = nn.unbox(model.init(jax.random.key(0), batch["input_ids"], batch["token_type_ids"],
+                                 batch["attention_mask"], batch["masked_positions"])["params"])
+    state = {"step": jnp.zeros((), jnp.int32), "params": params,
+             "opt_state": optimizer.init(params)}
+    step = jax.jit(steps.make_train_step(model, optimizer, schedule, 0,
+                                         dropout_prng=dropout_prng))
+    new_state, metrics = step(state, batch)
+    return float(metrics["loss_sum"]), new_state["params"]
+
+
+def test_each_prng_draws_its_own_masks_and_the_gpu_kernel_one_draws_threefrys():
+    before = jax.config.jax_threefry_gpu_kernel_lowering
+    try:
+        runs = {name: one_step(name) for name in ("threefry", "threefry_gpu_kernel", "rbg")}
+    finally:
+        jax.config.update("jax_threefry_gpu_kernel_lowering", before)
+    jax.tree.map(np.testing.assert_array_equal, runs["threefry"][1],
+                 runs["threefry_gpu_kernel"][1])
+    assert runs["rbg"][0] != runs["threefry"][0]  # other masks, another loss
+    with pytest.raises(ValueError, match="dropout_prng='philox' is unknown; choose one of "
+                                         "threefry | threefry_gpu_kernel | rbg | unsafe_rbg"):
+        steps.make_train_step(None, None, None, 0, dropout_prng="philox")
+
+
+def test_the_resume_check_names_the_field_and_reads_a_missing_one_as_threefry():
+    def config(name):
+        return tiny_run_config("corpus.txt", "cache", steps=4, dropout_prng=name)
+
+    check_same_dropout_prng({}, config("threefry"), "RUN")  # saved before the field
+    check_same_dropout_prng({"dropout_prng": "threefry"}, config("threefry_gpu_kernel"), "RUN")
+    check_same_dropout_prng({"dropout_prng": "threefry_gpu_kernel"}, config("threefry"), "RUN")
+    with pytest.raises(TrainingError, match="RUN was trained with dropout_prng='threefry', not "
+                                            "'rbg': .* --config.dropout_prng=threefry or use a "
+                                            "new --workdir"):
+        check_same_dropout_prng({}, config("rbg"), "RUN")
+    with pytest.raises(TrainingError, match="dropout_prng='unsafe_rbg', not 'rbg'"):
+        check_same_dropout_prng({"dropout_prng": "unsafe_rbg"}, config("rbg"), "RUN")
+    with pytest.raises(ValueError, match="dropout_prng='Threefry' is unknown"):
+        validate(config("Threefry"))
+
+
+def test_a_fine_tuning_workdir_refuses_another_prng_and_keeps_its_old_identity(tmp_path):
+    """threefry (and threefry_gpu_kernel) add nothing to glue_identity.json: a workdir made
+    before the field goes on as it was; another PRNG is another setup."""
+    pretrained = finetune.Pretrained(tiny_model_config(), None, None, "somewhere@10")
+    workdir = str(tmp_path)
+
+    def config(name):
+        config = glue_configs.get_config("task=rte")
+        config.dropout_prng = name
+        return config
+
+    finetune.check_workdir_identity(workdir, pretrained, config("threefry"))
+    assert "dropout_prng" not in (tmp_path / "glue_identity.json").read_text()
+    finetune.check_workdir_identity(workdir, pretrained, config("threefry_gpu_kernel"))
+    with pytest.raises(ValueError, match=r"different setup \(dropout_prng changed\)"):
+        finetune.check_workdir_identity(workdir, pretrained, config("rbg"))
+    other = str(tmp_path / "rbg")
+    finetune.check_workdir_identity(other, pretrained, config("rbg"))
+    with pytest.raises(ValueError, match=r"different setup \(dropout_prng changed\)"):
+        finetune.check_workdir_identity(other, pretrained, config("threefry"))
+    with pytest.raises(ValueError, match="dropout_prng='rbg2' is unknown"):
+        finetune.check_workdir_identity(str(tmp_path / "x"), pretrained, config("rbg2"))
+
+
+@pytest.mark.slow
+def test_a_run_on_unsafe_rbg_resumes_bit_exactly_and_refuses_threefry(run_corpus, tmp_path):
+    """unsafe_rbg derives the step's key and draws its masks with XLA's RngBitGenerator:
+    still a function of (seed, step), so 4 + 4 steps end where 8 do."""
+    from test_workdir import snapshot
+
+    def config(**extra):
+        fields = {"dropout_prng": "unsafe_rbg", "model.dropout_rate": 0.1,
+                  "model.attention_dropout_rate": 0.1, **extra}
+        return tiny_run_config(*run_corpus, steps=8, log_every_steps=4, eval_every_steps=8,
+                               checkpoint_every_steps=4, **fields)
+
+    straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+    train_and_evaluate(config(), straight)
+    train_and_evaluate(config(stop_after_steps=4), split)
+    before = snapshot(split)
+    with pytest.raises(TrainingError, match="dropout_prng='unsafe_rbg', not 'threefry'"):
+        train_and_evaluate(config(dropout_prng="threefry"), split)
+    assert snapshot(split) == before  # refused before anything was written
+    train_and_evaluate(config(), split)
+    (step_a, params_a), (step_b, params_b) = final_params(straight), final_params(split)
+    assert step_a == step_b == 8
+    jax.tree.map(np.testing.assert_array_equal, params_a, params_b)
