@@ -19,7 +19,9 @@ options, the backend and the jax version.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 OFF = ("none", "off", "false", "")
 AUTO = "auto"
@@ -63,6 +65,23 @@ def enable(setting: str | None = AUTO) -> str | None:
     jax.config.update("jax_persistent_cache_enable_xla_caches", "all")
     _reset_if_initialized()
     return directory
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """No persistent cache inside (a compile timed there is a compile, not a read); the
+    settings as they were after."""
+    import jax
+
+    names = ("jax_enable_compilation_cache", "jax_compilation_cache_dir")
+    before = {name: getattr(jax.config, name) for name in names}
+    enable("none")
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        _reset_if_initialized()
 
 
 def _reset_if_initialized() -> None:

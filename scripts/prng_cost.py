@@ -1,0 +1,262 @@
+"""What the dropout PRNG costs: the train step compiled and run for each config.dropout_prng.
+
+  python scripts/prng_cost.py --config configs/pretrain.py:size=base --batch 8 --seq_len 128
+  python scripts/prng_cost.py --config configs/pretrain.py:size=mini --batch 8 --seq_len 64 \
+      --choices threefry,rbg --json prng.json
+
+The step is training/steps.py's MLM train step as train.py builds it (AdamW, clipping,
+fp32 parameters, donated state) on one device, fed one synthetic masked batch (masking
+on the device, whose draws stay on threefry whatever the choice, only with
+--device_masking). Per choice: the optimized HLO's size (characters and instructions,
+fusion bodies included), its instructions from jax's threefry2x32 (op_name metadata)
+and its rng-bit-generator instructions, the seconds to lower and to compile (the
+persistent compilation cache off, so a compile is a compile), and the median step time.
+`off` is the floor: the same step with every dropout rate 0, which draws nothing.
+
+Choices: off, threefry, rbg, unsafe_rbg; threefry_gpu_kernel on GPU (the same bits as
+threefry; jax_threefry_gpu_kernel_lowering changes nothing elsewhere). The markdown table
+goes to stdout, progress to stderr. scripts/accelerator_check.py calls measure().
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import re
+import statistics
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from absl import app, flags, logging
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OFF = "off"  # every dropout rate 0: the step without a dropout mask
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The command line's flags, defined when run as a script only (see
+    tests/test_scripts_import.py)."""
+    flags.DEFINE_string("config", "configs/pretrain.py:size=base", "FILE[:ARGS], a pretraining "
+                        "config and its args")
+    flags.DEFINE_integer("batch", 8, "sequences per step")
+    flags.DEFINE_integer("seq_len", 128, "tokens per sequence")
+    flags.DEFINE_list("choices", None, "dropout PRNGs to measure (default: off, threefry, rbg, "
+                      "unsafe_rbg, and threefry_gpu_kernel on GPU)")
+    flags.DEFINE_integer("steps", 3, "timed steps per choice (after one untimed)")
+    flags.DEFINE_bool("device_masking", False, "mask the batch inside the step, as train.py "
+                      "does (threefry draws in every choice)")
+    flags.DEFINE_string("json", None, "write the rows and the header here")
+
+
+def default_choices(platform: str | None = None) -> list[str]:
+    """off and every dropout_prng that draws other code on this backend."""
+    import jax
+
+    platform = platform or jax.default_backend()
+    choices = [OFF, "threefry", "rbg", "unsafe_rbg"]
+    if platform in ("gpu", "cuda", "rocm"):
+        choices.append("threefry_gpu_kernel")
+    return choices
+
+
+def load_config(spec: str):
+    """'FILE[:ARGS]' -> FILE's get_config(ARGS), FILE relative to the cwd or the repo."""
+    path, _, arg = spec.partition(":")
+    found = next((p for p in (path, os.path.join(REPO, path)) if os.path.isfile(p)), None)
+    if found is None:
+        raise ValueError(f"--config file {path!r} not found (looked in . and {REPO})")
+    module_spec = importlib.util.spec_from_file_location(f"_prng_config_{abs(hash(found))}",
+                                                         found)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg or None)
+
+
+# -- the optimized HLO ------------------------------------------------------------------------
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%\S+ = ")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def hlo_counts(text: str) -> dict[str, int]:
+    """Characters and instructions of an optimized HLO module (fusion bodies included),
+    and the instructions that came from a PRNG by their op_name metadata: threefry (jax's
+    _threefry_split, _threefry_fold_in, _threefry_random_bits: the hash, or on GPU with
+    the kernel lowering its custom call) and rng_bit_generator (rbg, unsafe_rbg: the
+    rng-bit-generator op, or the loops XLA's CPU backend expands it into)."""
+    lines = [line for line in text.splitlines() if _INSTRUCTION.match(line)]
+    names = [(m.group(1) if (m := _OP_NAME.search(line)) else "") for line in lines]
+    return {"hlo_chars": len(text), "hlo_ops": len(lines),
+            "threefry_ops": sum("threefry" in name for name in names),
+            "rng_bit_generator_ops": sum(
+                "rng_bit_generator" in name or " rng-bit-generator(" in line
+                for name, line in zip(names, lines, strict=True))}
+
+
+# -- one choice -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def gpu_kernel_lowering_kept() -> Iterator[None]:
+    """jax_threefry_gpu_kernel_lowering as it was before, after (threefry_gpu_kernel sets
+    it for the process: the choices after it must not inherit it)."""
+    import jax
+
+    before = jax.config.jax_threefry_gpu_kernel_lowering
+    try:
+        yield
+    finally:
+        jax.config.update("jax_threefry_gpu_kernel_lowering", before)
+
+
+def synthetic_batch(batch: int, seq_len: int, predictions: int, vocab: int,
+                    device_masking: bool) -> dict[str, np.ndarray]:
+    """Random ids without padding; masked positions drawn on the host, or (device_masking)
+    the rows and mask streams that input_pipeline/batches.py feeds."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, vocab, (batch, seq_len), dtype=np.int32)
+    out = {"input_ids": ids, "token_type_ids": np.zeros_like(ids),
+           "attention_mask": np.ones_like(ids)}
+    if device_masking:
+        out["mask_stream"] = np.stack([np.zeros(batch), np.ones(batch), np.zeros(batch),
+                                       np.arange(batch)], axis=1).astype(np.int32)
+        return out
+    out["masked_positions"] = np.sort(np.stack([
+        rng.choice(seq_len, predictions, replace=False) for _ in range(batch)]), axis=1
+    ).astype(np.int32)
+    out["masked_ids"] = rng.integers(5, vocab, (batch, predictions), dtype=np.int32)
+    out["masked_weights"] = np.ones((batch, predictions), np.float32)
+    return out
+
+
+def measure_one(config, choice: str, batch: int, seq_len: int, steps: int,
+                device_masking: bool = False) -> dict[str, Any]:
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    from common import compile_cache
+    from input_pipeline.device_masking import DeviceMasker
+    from input_pipeline.tokenizer import SpecialIds
+    from models import BertForMaskedLM, ModelConfig
+    from training import steps as train_steps
+    from training.optimizer import make_optimizer
+
+    model_cfg = ModelConfig.from_config(config.model)
+    if choice == OFF:
+        model_cfg = model_cfg.replace(dropout_rate=0.0, attention_dropout_rate=0.0)
+    model = BertForMaskedLM(model_cfg)
+    predictions = min(int(config.data.max_predictions_per_seq), seq_len)
+    optimizer, schedule = make_optimizer(config.optimizer, 1000)
+
+    def init_state(rng):
+        ids = jnp.zeros((1, seq_len), jnp.int32)
+        params = nn.unbox(model.init(rng, ids, ids, ids,
+                                     jnp.zeros((1, predictions), jnp.int32))["params"])
+        return {"step": jnp.zeros((), jnp.int32), "params": params,
+                "opt_state": optimizer.init(params)}
+
+    masker = DeviceMasker(SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4), model_cfg.vocab_size,
+                          predictions) if device_masking else None
+    fed = jax.device_put(synthetic_batch(batch, seq_len, predictions, model_cfg.vocab_size,
+                                         device_masking))
+    with gpu_kernel_lowering_kept():
+        step = jax.jit(train_steps.make_train_step(
+            model, optimizer, schedule, 0, masker=masker,
+            dropout_prng=train_steps.DEFAULT_DROPOUT_PRNG if choice == OFF else choice),
+            donate_argnums=(0,))
+        state = jax.jit(init_state)(jax.random.key(0))
+        with compile_cache.disabled():
+            start = time.perf_counter()
+            lowered = step.lower(state, fed)
+            lower_s = time.perf_counter() - start
+            start = time.perf_counter()
+            compiled = lowered.compile()
+            compile_s = time.perf_counter() - start
+    times = []
+    for _ in range(steps + 1):  # the first, untimed: allocation and warm-up
+        start = time.perf_counter()
+        state, metrics = compiled(state, fed)
+        jax.block_until_ready((state, metrics))
+        times.append(time.perf_counter() - start)
+    return {"dropout_prng": choice, **hlo_counts(compiled.as_text() or ""),
+            "lower_s": lower_s, "compile_s": compile_s,
+            "step_s": statistics.median(times[1:]) if steps else None,
+            "step_times_s": times[1:], "loss_sum": float(metrics["loss_sum"])}
+
+
+def measure(config_spec: str, batch: int = 8, seq_len: int = 128,
+            choices: Sequence[str] | None = None, steps: int = 3,
+            device_masking: bool = False) -> list[dict[str, Any]]:
+    """One row per choice (default_choices() when None), in order: dropout_prng,
+    hlo_chars, hlo_ops, threefry_ops, rng_bit_generator_ops, lower_s, compile_s, step_s
+    (median of `steps` after one untimed; None when steps=0), step_times_s, loss_sum.
+    `config_spec`: 'FILE[:ARGS]' of a pretraining config (configs/pretrain.py:size=base)."""
+    import gc
+
+    import jax
+
+    config = load_config(config_spec)
+    rows = []
+    for choice in choices or default_choices():
+        if choice != OFF:
+            from training.steps import dropout_prng_identity
+
+            dropout_prng_identity(choice)  # an unknown one: ValueError naming it
+        progress(f"{choice}: compiling and timing {steps} steps")
+        rows.append(measure_one(config, choice, batch, seq_len, steps, device_masking))
+        progress(f"{choice}: compiled in {rows[-1]['compile_s']:.1f} s, step "
+                 f"{rows[-1]['step_s'] or float('nan'):.3f} s")
+        jax.clear_caches()
+        gc.collect()
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
+    base = next((r for r in rows if r["dropout_prng"] == "threefry"), rows[0])
+    lines = [" ".join(f"{k}={v}" for k, v in header.items()), "",
+             "| dropout_prng | HLO chars | HLO ops | threefry ops | rng-bit-generator ops | "
+             "lower s | compile s | step s | step vs threefry |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ratio = (f"{r['step_s'] / base['step_s']:.2f}x" if r["step_s"] and base["step_s"]
+                 else "-")
+        step = f"{r['step_s']:.3f}" if r["step_s"] else "-"
+        lines.append(f"| {r['dropout_prng']} | {r['hlo_chars']:,} | {r['hlo_ops']:,} | "
+                     f"{r['threefry_ops']:,} | {r['rng_bit_generator_ops']:,} | "
+                     f"{r['lower_s']:.1f} | {r['compile_s']:.1f} | {step} | {ratio} |")
+    return "\n".join(lines)
+
+
+def progress(message: str) -> None:
+    print(f"[prng_cost] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    if FLAGS["verbosity"].present == 0:
+        logging.set_verbosity(logging.WARNING)
+    import jax
+
+    from common.files import write_json_atomic
+
+    rows = measure(FLAGS.config, FLAGS.batch, FLAGS.seq_len, FLAGS.choices, FLAGS.steps,
+                   FLAGS.device_masking)
+    device = jax.devices()[0]
+    header = {"config": FLAGS.config, "batch": FLAGS.batch, "seq_len": FLAGS.seq_len,
+              "device_masking": FLAGS.device_masking, "backend": jax.default_backend(),
+              "device": getattr(device, "device_kind", str(device)),
+              "jax": jax.__version__, "load": os.getloadavg()[0]}
+    print(markdown(rows, header), flush=True)
+    if FLAGS.json:
+        write_json_atomic(FLAGS.json, {"header": header, "rows": rows})
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
