@@ -309,15 +309,13 @@ def compile_scan(ctx: Context) -> dict[str, Any]:
             variants[name] = {"skipped": f"estimated {longest:.0f}s exceeds the {left:.0f}s left"}
             continue
         start = time.perf_counter()
-        compile_cache.enable("none")
         try:
-            got = benchmark.compile_seconds(cfg, benchmark.optimizer_config(config), shapes,
-                                            dropout_prng=config.get("dropout_prng"))
+            with compile_cache.disabled():  # a compile, not a cache read
+                got = benchmark.compile_seconds(cfg, benchmark.optimizer_config(config),
+                                                shapes, dropout_prng=config.get("dropout_prng"))
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             got = {"error": f"{type(e).__name__}: {e}"[:500]}
-        finally:
-            compile_cache.enable(ctx.cache_setting)
         got["scan_layers"] = getattr(cfg, "scan_layers", None)
         variants[name] = got
         seconds = time.perf_counter() - start
@@ -575,6 +573,7 @@ def main(argv: list[str]) -> None:
     except Exception as e:  # noqa: BLE001 - a jax without one of its options: run uncached
         print(f"compilation cache not enabled: {type(e).__name__}: {e}", flush=True)
         cache = None
+    print(compile_cache.describe(cache), flush=True)
     report = run(FLAGS.out, FLAGS.quick, FLAGS.budget_s, cache or "none")
     print(markdown(report))
     print(f"accelerator_check: {time.perf_counter() - START:.0f}s, budget {FLAGS.budget_s:.0f}s")

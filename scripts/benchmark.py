@@ -964,6 +964,7 @@ def main(argv: list[str]) -> None:
         # JAX takes 75% of a GPU's memory at its start by default; the peer needs its share.
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     cache = compile_cache.enable(FLAGS.jax_cache)
+    progress(compile_cache.describe(cache))
     try:
         result = benchmark(
             FLAGS.config, FLAGS.compare, batch=FLAGS.batch, seq_len=FLAGS.seq_len,
