@@ -92,7 +92,7 @@ class FakeRunner:
 
 STEP_SECONDS = {"ours": 0.05, "torch_compiled": 0.065, "torch_eager": 0.09,
                 "ours[attention=talking_heads,impl=einsum]": 0.06, "ours[key_size=128]": 0.055,
-                "ours_dense_mlm": 0.062}
+                "ours_dense_mlm": 0.062, "ours[scan=false]": 0.048}
 
 
 def fake_our_entry(name, spec, cfg, opt_cfg, shapes, data, seed, dense, device_masking=False,
@@ -126,8 +126,9 @@ def test_speed_part_summarises_the_accelerator_entries_and_judges_the_targets(tm
 
     # The targets' entries first (ours, the compiled peer, talking heads), then the rest.
     assert [e["name"] for e in part["entries"]] == [
-        "ours", "torch_compiled", "ours[attention=talking_heads,impl=einsum]", "torch_eager",
-        "ours_dense_mlm", "ours[key_size=128]"]
+        "ours", "torch_compiled", "ours[attention=talking_heads,impl=einsum]",
+        "ours[scan=false]", "torch_eager", "ours_dense_mlm", "ours[key_size=128]"]
+    assert part["unrolled_step_ratio_paired"] == pytest.approx(0.048 / 0.05)
     assert part["ours_vs_torch_compiled"] == pytest.approx(0.065 / 0.05)
     assert part["ours_vs_torch_eager"] == pytest.approx(0.09 / 0.05)
     assert part["talking_heads_step_ratio_paired"] == pytest.approx(0.06 / 0.05)
@@ -157,19 +158,26 @@ def test_speed_part_summarises_the_accelerator_entries_and_judges_the_targets(tm
     assert warm["pass"] is None and "not a cold run" in warm["note"]
 
 
-def test_compile_scan_takes_the_unrolled_figure_from_the_speed_part_and_keeps_to_its_budget(
-        tmp_path):
-    """The unrolled step is the speed part's `ours`: its cold compile is reused, not
-    repeated; the scanned one, estimated from it (40 s) with 10 s left, is skipped."""
+def test_compile_scan_takes_the_speed_parts_figures_and_keeps_to_its_budget(tmp_path):
+    """The speed part compiled `ours` (scanned) and `ours[scan=false]` from a cold cache:
+    their figures are reused, not repeated; one it did not reach, estimated from the
+    other (40 s) with 10 s left, is skipped."""
     ctx = context(tmp_path, quick=True, budget_s=10.0)
     ctx.report["parts"]["speed"] = {"entries": [
-        {"name": "ours", "build_s": 5.0, "lower_s": 3.0, "compile_s": 32.0,
+        {"name": "ours[scan=false]", "build_s": 5.0, "lower_s": 3.0, "compile_s": 32.0,
          "model": {"scan_layers": False}}]}
     part = accelerator_check.compile_scan(ctx)
     assert part["variants"]["scan=false"]["compile_s"] == 32.0
     assert "estimated 40s exceeds" in part["variants"]["scan=true"]["skipped"]
     assert part["lower_plus_compile_s"] == {"scan=false": 35.0}
     assert "scan=true" in part["not_measured"]
+
+    ctx.report["parts"]["speed"]["entries"].append(
+        {"name": "ours", "build_s": 2.0, "lower_s": 1.0, "compile_s": 9.0,
+         "model": {"scan_layers": True}})
+    both = accelerator_check.compile_scan(ctx)
+    assert both["lower_plus_compile_s"] == {"scan=true": 10.0, "scan=false": 35.0}
+    assert both["unrolled_over_scanned"] == pytest.approx(3.5)
 
 
 def test_speed_part_runs_ours_without_a_loadable_torch(tmp_path, monkeypatch):
@@ -182,8 +190,8 @@ def test_speed_part_runs_ours_without_a_loadable_torch(tmp_path, monkeypatch):
     monkeypatch.setattr(benchmark, "measure_cpu_peak", lambda: 1e12)
     part = accelerator_check.speed(context(tmp_path, quick=False, budget_s=600))
     assert [e["name"] for e in part["entries"]] == [
-        "ours", "ours[attention=talking_heads,impl=einsum]", "ours_dense_mlm",
-        "ours[key_size=128]"]
+        "ours", "ours[attention=talking_heads,impl=einsum]", "ours[scan=false]",
+        "ours_dense_mlm", "ours[key_size=128]"]
     assert {s["name"] for s in part["skipped"]} == {"torch_compiled", "torch_eager"}
     assert all("libcudnn" in s["reason"] for s in part["skipped"])
     assert part["ours_vs_torch_compiled"] is None
