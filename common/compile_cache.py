@@ -3,8 +3,8 @@
 A BERT-base train step takes tens of seconds to compile on a GPU, and a sweep or a
 rerun compiles the very same program again. With the cache, the second process that
 compiles a program reads the executable from disk instead; on GPU the autotuning
-results and compiled kernels are kept there too (`jax_persistent_cache_enable_xla_caches
-= all`), so a cached start also skips the autotuner.
+results are kept there too (`jax_persistent_cache_enable_xla_caches`), so a cached
+start also skips the autotuner.
 
 Where it lives: `JAX_COMPILATION_CACHE_DIR` when the environment names one (a sweep's
 shared cache, the tests' one), else a folder of the user's cache directory
@@ -24,6 +24,7 @@ import os
 from collections.abc import Iterator
 
 OFF = ("none", "off", "false", "")
+GPU_XLA_CACHES = "xla_gpu_per_fusion_autotune_cache_dir"  # autotuning results only
 AUTO = "auto"
 ENV = "JAX_COMPILATION_CACHE_DIR"
 
@@ -60,9 +61,13 @@ def enable(setting: str | None = AUTO) -> str | None:
     jax.config.update("jax_compilation_cache_dir", directory)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    # GPU: autotuning results and compiled kernels beside the executables, so a cached
-    # start does not autotune again (no effect on CPU and TPU).
-    jax.config.update("jax_persistent_cache_enable_xla_caches", "all")
+    # GPU: the autotuning results beside the executables, so a cached start does not
+    # autotune again (no effect on CPU and TPU). Not "all": that adds XLA's kernel cache
+    # (xla_gpu_kernel_cache_file), which JAX leaves off by default as broken beside its
+    # own cache, and which on an H200 (jax 0.11.2) made the first kernel of a fresh
+    # process fail with CUDA_ERROR_ILLEGAL_INSTRUCTION (docs/PERFORMANCE.md, the GPU run
+    # of 2026-12-04).
+    jax.config.update("jax_persistent_cache_enable_xla_caches", GPU_XLA_CACHES)
     _reset_if_initialized()
     return directory
 
