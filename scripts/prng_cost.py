@@ -8,9 +8,11 @@ The step is training/steps.py's MLM train step as train.py builds it (AdamW, cli
 fp32 parameters, donated state) on one device, fed one synthetic masked batch (masking
 on the device, whose draws stay on threefry whatever the choice, only with
 --device_masking). Per choice: the optimized HLO's size (characters and instructions,
-fusion bodies included), its instructions from jax's threefry2x32 (op_name metadata)
-and its rng-bit-generator instructions, the seconds to lower and to compile (the
-persistent compilation cache off, so a compile is a compile), and the median step time.
+fusion bodies included), its instructions from jax's threefry hash (op_name metadata)
+and its rng-bit-generator instructions, XLA's plan for its temporaries, the seconds to
+lower and to compile (the persistent compilation cache off, so a compile is a compile),
+and the median step time, the choices stepping in turn (round robin) once all are
+compiled, with each one's paired ratio to threefry.
 `off` is the floor: the same step with every dropout rate 0, which draws nothing.
 
 Choices: off, threefry, rbg, unsafe_rbg; threefry_gpu_kernel on GPU (the same bits as
@@ -21,6 +23,7 @@ goes to stdout, progress to stderr. scripts/accelerator_check.py calls measure()
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import re
@@ -49,7 +52,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("seq_len", 128, "tokens per sequence")
     flags.DEFINE_list("choices", None, "dropout PRNGs to measure (default: off, threefry, rbg, "
                       "unsafe_rbg, and threefry_gpu_kernel on GPU)")
-    flags.DEFINE_integer("steps", 3, "timed steps per choice (after one untimed)")
+    flags.DEFINE_integer("steps", 3, "timed steps per choice, taken in turn (after one "
+                         "untimed round)")
     flags.DEFINE_bool("device_masking", False, "mask the batch inside the step, as train.py "
                       "does (threefry draws in every choice)")
     flags.DEFINE_string("json", None, "write the rows and the header here")
@@ -133,8 +137,30 @@ def synthetic_batch(batch: int, seq_len: int, predictions: int, vocab: int,
     return out
 
 
-def measure_one(config, choice: str, batch: int, seq_len: int, steps: int,
-                device_masking: bool = False) -> dict[str, Any]:
+@dataclasses.dataclass
+class Entry:
+    """One choice's compiled step, its state and batch, and what was measured."""
+
+    row: dict[str, Any]
+    compiled: Any
+    state: Any
+    batch: Any
+    times: list[float] = dataclasses.field(default_factory=list)
+
+    def step(self) -> float:
+        import jax
+
+        start = time.perf_counter()
+        self.state, metrics = self.compiled(self.state, self.batch)
+        jax.block_until_ready((self.state, metrics))
+        self.row["loss_sum"] = float(metrics["loss_sum"])
+        return time.perf_counter() - start
+
+
+def compile_one(config, choice: str, batch: int, seq_len: int,
+                device_masking: bool = False) -> Entry:
+    """The step of one choice lowered and compiled (the persistent cache off), its HLO
+    counted; its state initialised (the same parameters for every choice)."""
     import flax.linen as nn
     import jax
     import jax.numpy as jnp
@@ -177,57 +203,61 @@ def measure_one(config, choice: str, batch: int, seq_len: int, steps: int,
             start = time.perf_counter()
             compiled = lowered.compile()
             compile_s = time.perf_counter() - start
-    times = []
-    for _ in range(steps + 1):  # the first, untimed: allocation and warm-up
-        start = time.perf_counter()
-        state, metrics = compiled(state, fed)
-        jax.block_until_ready((state, metrics))
-        times.append(time.perf_counter() - start)
-    return {"dropout_prng": choice, **hlo_counts(compiled.as_text() or ""),
-            "lower_s": lower_s, "compile_s": compile_s,
-            "step_s": statistics.median(times[1:]) if steps else None,
-            "step_times_s": times[1:], "loss_sum": float(metrics["loss_sum"])}
+    memory = compiled.memory_analysis()
+    row = {"dropout_prng": choice, **hlo_counts(compiled.as_text() or ""),
+           "temp_bytes": int(getattr(memory, "temp_size_in_bytes", 0)) if memory else None,
+           "lower_s": lower_s, "compile_s": compile_s}
+    return Entry(row, compiled, state, fed)
 
 
 def measure(config_spec: str, batch: int = 8, seq_len: int = 128,
             choices: Sequence[str] | None = None, steps: int = 3,
             device_masking: bool = False) -> list[dict[str, Any]]:
     """One row per choice (default_choices() when None), in order: dropout_prng,
-    hlo_chars, hlo_ops, threefry_ops, rng_bit_generator_ops, lower_s, compile_s, step_s
-    (median of `steps` after one untimed; None when steps=0), step_times_s, loss_sum.
-    `config_spec`: 'FILE[:ARGS]' of a pretraining config (configs/pretrain.py:size=base)."""
-    import gc
-
-    import jax
+    hlo_chars, hlo_ops, threefry_ops, rng_bit_generator_ops, temp_bytes (XLA's plan for the
+    step's temporaries: the kernel lowering may cost memory), lower_s, compile_s, step_s
+    (median of `steps` timed steps; None when steps=0), step_times_s, step_vs_threefry
+    (the median over rounds of the round's ratio to threefry's step; None without a
+    threefry row), loss_sum. Every choice is compiled first; then the choices take their
+    steps in turn, one each per round after an untimed round, so a load change on a
+    shared machine hits all of them alike. `config_spec`: 'FILE[:ARGS]' of a pretraining
+    config (configs/pretrain.py:size=base)."""
+    from training.steps import dropout_prng_identity
 
     config = load_config(config_spec)
-    rows = []
-    for choice in choices or default_choices():
+    choices = list(choices or default_choices())
+    for choice in choices:
         if choice != OFF:
-            from training.steps import dropout_prng_identity
-
             dropout_prng_identity(choice)  # an unknown one: ValueError naming it
-        progress(f"{choice}: compiling and timing {steps} steps")
-        rows.append(measure_one(config, choice, batch, seq_len, steps, device_masking))
-        progress(f"{choice}: compiled in {rows[-1]['compile_s']:.1f} s, step "
-                 f"{rows[-1]['step_s'] or float('nan'):.3f} s")
-        jax.clear_caches()
-        gc.collect()
-    return rows
+    entries = []
+    for choice in choices:
+        entries.append(compile_one(config, choice, batch, seq_len, device_masking))
+        progress(f"{choice}: compiled in {entries[-1].row['compile_s']:.1f} s")
+    for _ in range(steps + 1):  # the first round untimed: allocation and warm-up
+        for entry in entries:
+            entry.times.append(entry.step())
+    base = next((e for e in entries if e.row["dropout_prng"] == "threefry"), None)
+    for entry in entries:
+        times = entry.times[1:]
+        entry.row.update(step_s=statistics.median(times) if times else None,
+                         step_times_s=times, step_vs_threefry=statistics.median(
+                             [t / b for t, b in zip(times, base.times[1:], strict=True)])
+                         if base is not None and times else None)
+        progress(f"{entry.row['dropout_prng']}: step {entry.row['step_s'] or float('nan'):.3f} s")
+    return [entry.row for entry in entries]
 
 
 def markdown(rows: list[dict[str, Any]], header: dict[str, Any]) -> str:
-    base = next((r for r in rows if r["dropout_prng"] == "threefry"), rows[0])
     lines = [" ".join(f"{k}={v}" for k, v in header.items()), "",
              "| dropout_prng | HLO chars | HLO ops | threefry ops | rng-bit-generator ops | "
-             "lower s | compile s | step s | step vs threefry |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "temp MiB | lower s | compile s | step s | step vs threefry (paired) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        ratio = (f"{r['step_s'] / base['step_s']:.2f}x" if r["step_s"] and base["step_s"]
-                 else "-")
+        ratio = f"{r['step_vs_threefry']:.2f}x" if r.get("step_vs_threefry") else "-"
         step = f"{r['step_s']:.3f}" if r["step_s"] else "-"
+        temp = f"{r['temp_bytes'] / 2**20:,.0f}" if r.get("temp_bytes") is not None else "-"
         lines.append(f"| {r['dropout_prng']} | {r['hlo_chars']:,} | {r['hlo_ops']:,} | "
-                     f"{r['threefry_ops']:,} | {r['rng_bit_generator_ops']:,} | "
+                     f"{r['threefry_ops']:,} | {r['rng_bit_generator_ops']:,} | {temp} | "
                      f"{r['lower_s']:.1f} | {r['compile_s']:.1f} | {step} | {ratio} |")
     return "\n".join(lines)
 
@@ -245,13 +275,14 @@ def main(argv: list[str]) -> None:
 
     from common.files import write_json_atomic
 
-    rows = measure(FLAGS.config, FLAGS.batch, FLAGS.seq_len, FLAGS.choices, FLAGS.steps,
-                   FLAGS.device_masking)
     device = jax.devices()[0]
     header = {"config": FLAGS.config, "batch": FLAGS.batch, "seq_len": FLAGS.seq_len,
               "device_masking": FLAGS.device_masking, "backend": jax.default_backend(),
               "device": getattr(device, "device_kind", str(device)),
-              "jax": jax.__version__, "load": os.getloadavg()[0]}
+              "jax": jax.__version__, "load_at_start": os.getloadavg()[0]}
+    rows = measure(FLAGS.config, FLAGS.batch, FLAGS.seq_len, FLAGS.choices, FLAGS.steps,
+                   FLAGS.device_masking)
+    header["load_at_end"] = os.getloadavg()[0]
     print(markdown(rows, header), flush=True)
     if FLAGS.json:
         write_json_atomic(FLAGS.json, {"header": header, "rows": rows})
