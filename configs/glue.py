@@ -80,8 +80,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.weight_decay = 0.01
     config.dropout_rate = 0.1  # hidden and classifier dropout while fine-tuning
     config.attention_dropout_rate = 0.1  # 0 is forced for attention_impl='fused'
-    # The PRNG of the dropout masks, as pretraining's (configs/pretrain.py): threefry |
-    # threefry_gpu_kernel | rbg | unsafe_rbg. Part of the workdir's identity.
+    # The PRNG of the dropout masks, as pretraining's (configs/pretrain.py says why threefry,
+    # and threefry_gpu_kernel on GPU): threefry | threefry_gpu_kernel | rbg | unsafe_rbg.
+    # Part of the workdir's identity (threefry_gpu_kernel counts as threefry).
     config.dropout_prng = "threefry"
     # The encoder's layout (model.scan_layers): None keeps the pretrained model's | true:
     # scanned (one layer compiled, whatever the depth) | false: unrolled. The weights are

@@ -40,7 +40,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0  # drives init, data order, masking and dropout
     # The PRNG of the dropout masks: threefry | threefry_gpu_kernel | rbg | unsafe_rbg
-    # (training/steps.py). Part of the run: a resume with another is refused.
+    # (training/steps.py). Part of the run: a resume with another is refused. threefry by
+    # measurement (docs/PERFORMANCE.md (i), BERT-base 8x128): rbg and unsafe_rbg step no
+    # faster on CPU (0.98x, 0.99x paired) nor compile consistently faster, and only
+    # threefry draws the same masks on every backend. On GPU choose threefry_gpu_kernel:
+    # threefry's bits (it resumes threefry runs), a 28% smaller program, compiled in 21%
+    # and 61% less time at batch 8 and 64 on an H200 (one compile each); not the default
+    # while its memory cost on GPU (JAX's flag warns of one) is unmeasured.
     config.dropout_prng = "threefry"
     # Warm start (training/warm_start.py): a pretraining workdir or a Hugging Face BERT (hub
     # id or directory). A new run takes its architecture (model.* settings other than
