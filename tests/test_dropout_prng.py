@@ -1,5 +1,5 @@
 """config.dropout_prng (training/steps.py): the PRNG of the dropout masks is part of a
-run. Each choice draws its own masks (threefry_gpu_kernel: threefry's); a resume with
+run. rbg draws other masks than threefry (threefry_gpu_kernel: threefry's); a resume with
 another is refused in one line naming the field, one without the field means threefry,
 and a run on a non-default PRNG resumes bit-exactly. Fine-tuning: the workdir identity."""
 
@@ -39,15 +39,26 @@ def one_step(dropout_prng: str):
     return float(metrics["loss_sum"]), new_state["params"]
 
 
-def test_each_prng_draws_its_own_masks_and_the_gpu_kernel_one_draws_threefrys():
+@pytest.mark.slow  # compiles two train steps
+def test_another_prng_draws_other_masks():
+    assert one_step("rbg")[0] != one_step("threefry")[0]  # other masks, another loss
+
+
+def test_the_gpu_kernel_choice_is_threefry_lowered_as_a_kernel_and_others_are_refused():
+    """threefry_gpu_kernel keys are threefry keys (so its masks are threefry's on every
+    backend: the flag changes only how GPU code computes the hash) and it turns the
+    lowering on for the process; an unknown name is one error naming the field."""
     before = jax.config.jax_threefry_gpu_kernel_lowering
     try:
-        runs = {name: one_step(name) for name in ("threefry", "threefry_gpu_kernel", "rbg")}
+        jax.config.update("jax_threefry_gpu_kernel_lowering", False)
+        assert steps.use_dropout_prng("threefry") == "threefry2x32"
+        assert not jax.config.jax_threefry_gpu_kernel_lowering
+        assert steps.use_dropout_prng("threefry_gpu_kernel") == "threefry2x32"
+        assert jax.config.jax_threefry_gpu_kernel_lowering
     finally:
         jax.config.update("jax_threefry_gpu_kernel_lowering", before)
-    jax.tree.map(np.testing.assert_array_equal, runs["threefry"][1],
-                 runs["threefry_gpu_kernel"][1])
-    assert runs["rbg"][0] != runs["threefry"][0]  # other masks, another loss
+    assert [steps.use_dropout_prng(name) for name in ("rbg", "unsafe_rbg")] == [
+        "rbg", "unsafe_rbg"]
     with pytest.raises(ValueError, match="dropout_prng='philox' is unknown; choose one of "
                                          "threefry | threefry_gpu_kernel | rbg | unsafe_rbg"):
         steps.make_train_step(None, None, None, 0, dropout_prng="philox")
