@@ -43,6 +43,17 @@ print(json.dumps(out))
 """
 
 
+# The fit checks run in a stripped environment (no fake devices, no JAX_PLATFORMS); they
+# keep the session's compilation cache (tests/conftest.py), not the user's own folder.
+SESSION_CACHE = {k: os.environ[k] for k in (
+    "JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES") if k in os.environ}
+
+
+def stripped_env(**extra: str) -> dict[str, str]:
+    return {**SESSION_CACHE, "PATH": os.environ["PATH"], **extra}
+
+
 def run_check(topology: str, args: str, meshes: list[dict]) -> list[dict]:
     """In a fresh process: JAX_PLATFORMS and libtpu's environment are set before JAX
     starts (conftest's 8 fake CPU devices must not leak in)."""
@@ -52,8 +63,7 @@ def run_check(topology: str, args: str, meshes: list[dict]) -> list[dict]:
     done = subprocess.run([sys.executable, "-c", TPU_CHECK, topology, args, json.dumps(meshes)],
                           cwd=REPO,
                           capture_output=True, text=True, timeout=900,
-                          env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(
-                              [str(REPO), *sys.path[1:]])})
+                          env=stripped_env(PYTHONPATH=os.pathsep.join([str(REPO), *sys.path[1:]])))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -108,7 +118,7 @@ def test_a_step_that_cannot_fit_is_reported_with_the_bytes_missing():
         [sys.executable, "scripts/fit_check.py", "--config",
          "configs/pretrain.py:size=mini,layers=1,batch=32768", "--topology", "v5e-1",
          "--nosearch"], cwd=REPO, capture_output=True, text=True, timeout=900,
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path[1:])})
+        env=stripped_env(PYTHONPATH=os.pathsep.join(sys.path[1:])))
     assert done.returncode == 1, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0] == "v5e-1: 1 chips (TPU v5e), mesh {'data': 1, 'fsdp': 1, 'tensor': 1}"
@@ -171,8 +181,8 @@ def test_the_mesh_search_compiles_every_data_fsdp_split_and_names_the_lowest_pea
         [sys.executable, "scripts/fit_check.py", "--config",
          "configs/pretrain.py:size=mini,layers=1,batch=64", "--topology", "cpu-4",
          "--search_mesh"], cwd=REPO, capture_output=True, text=True, timeout=900,
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path[1:]),
-             "XLA_FLAGS": "--xla_backend_optimization_level=0"})  # compile-bound
+        env=stripped_env(PYTHONPATH=os.pathsep.join(sys.path[1:]),
+                         XLA_FLAGS="--xla_backend_optimization_level=0"))  # compile-bound
     assert done.returncode == 0, done.stderr[-3000:]
     splits = [line.split() for line in done.stdout.splitlines() if line.startswith("  data=")]
     assert [s[0] for s in splits] == ["data=4,fsdp=1:", "data=2,fsdp=2:", "data=1,fsdp=4:"]
@@ -202,7 +212,7 @@ def test_a_grids_records_are_skipped_and_given_the_analytic_peak_they_lack(tmp_p
          "configs/pretrain.py:batch=256,seq_len=128,dtype=bfloat16",
          "--config.data.vocab_size=30522", "--topology", "v4-8", "--grid", "talking_heads",
          "--out_dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=600,
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path[1:])})
+        env=stripped_env(PYTHONPATH=os.pathsep.join(sys.path[1:])))
     assert done.returncode == 0, done.stderr[-3000:]
     assert all(line.endswith(".json)") for line in done.stdout.splitlines()[:len(rows)])
     peaks = {n: json.loads((tmp_path / f"{n}.json").read_text())["analytic_bytes"] for n in rows}
