@@ -242,3 +242,20 @@ def test_bad_settings_fail_with_one_clear_error(run_main, capsys):
         run_main("--seq_len=1024")
     assert exit_info.value.code == 1
     assert "max_position_embeddings" in capsys.readouterr().err
+
+
+def test_compile_depth_compiles_each_depth_in_both_layouts_and_tables_them(tmp_path):
+    """scripts/compile_depth.py: a row per (depth, layout), the scanned one holding the
+    stacked layout, written as JSON after every row."""
+    import json
+
+    from scripts import compile_depth
+
+    path = tmp_path / "depth.json"
+    rows = compile_depth.measure("configs/pretrain.py:size=micro,vocab=64", [2], batch=2,
+                                 seq_len=8, predictions=2, json_path=str(path))
+    assert [(r["layers"], r["scan_layers"]) for r in rows] == [(2, True), (2, False)]
+    assert all(r["compile_s"] > 0 and r["lower_s"] > 0 for r in rows)
+    assert json.loads(path.read_text())["rows"][-1]["scan_layers"] is False
+    table = compile_depth.markdown(rows).splitlines()
+    assert table[2].startswith("| 2 | ") and table[2].endswith("x |")
