@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import os
 import re
 import statistics
@@ -33,7 +32,6 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
 from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -70,19 +68,6 @@ def default_choices(platform: str | None = None) -> list[str]:
     return choices
 
 
-def load_config(spec: str):
-    """'FILE[:ARGS]' -> FILE's get_config(ARGS), FILE relative to the cwd or the repo."""
-    path, _, arg = spec.partition(":")
-    found = next((p for p in (path, os.path.join(REPO, path)) if os.path.isfile(p)), None)
-    if found is None:
-        raise ValueError(f"--config file {path!r} not found (looked in . and {REPO})")
-    module_spec = importlib.util.spec_from_file_location(f"_prng_config_{abs(hash(found))}",
-                                                         found)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(arg or None)
-
-
 # -- the optimized HLO ------------------------------------------------------------------------
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%\S+ = ")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -117,26 +102,6 @@ def gpu_kernel_lowering_kept() -> Iterator[None]:
         jax.config.update("jax_threefry_gpu_kernel_lowering", before)
 
 
-def synthetic_batch(batch: int, seq_len: int, predictions: int, vocab: int,
-                    device_masking: bool) -> dict[str, np.ndarray]:
-    """Random ids without padding; masked positions drawn on the host, or (device_masking)
-    the rows and mask streams that input_pipeline/batches.py feeds."""
-    rng = np.random.default_rng(0)
-    ids = rng.integers(5, vocab, (batch, seq_len), dtype=np.int32)
-    out = {"input_ids": ids, "token_type_ids": np.zeros_like(ids),
-           "attention_mask": np.ones_like(ids)}
-    if device_masking:
-        out["mask_stream"] = np.stack([np.zeros(batch), np.ones(batch), np.zeros(batch),
-                                       np.arange(batch)], axis=1).astype(np.int32)
-        return out
-    out["masked_positions"] = np.sort(np.stack([
-        rng.choice(seq_len, predictions, replace=False) for _ in range(batch)]), axis=1
-    ).astype(np.int32)
-    out["masked_ids"] = rng.integers(5, vocab, (batch, predictions), dtype=np.int32)
-    out["masked_weights"] = np.ones((batch, predictions), np.float32)
-    return out
-
-
 @dataclasses.dataclass
 class Entry:
     """One choice's compiled step, its state and batch, and what was measured."""
@@ -161,40 +126,27 @@ def compile_one(config, choice: str, batch: int, seq_len: int,
                 device_masking: bool = False) -> Entry:
     """The step of one choice lowered and compiled (the persistent cache off), its HLO
     counted; its state initialised (the same parameters for every choice)."""
-    import flax.linen as nn
     import jax
-    import jax.numpy as jnp
 
     from common import compile_cache
-    from input_pipeline.device_masking import DeviceMasker
-    from input_pipeline.tokenizer import SpecialIds
-    from models import BertForMaskedLM, ModelConfig
+    from models import ModelConfig
+    from scripts import benchmark
     from training import steps as train_steps
-    from training.optimizer import make_optimizer
 
     model_cfg = ModelConfig.from_config(config.model)
     if choice == OFF:
         model_cfg = model_cfg.replace(dropout_rate=0.0, attention_dropout_rate=0.0)
-    model = BertForMaskedLM(model_cfg)
-    predictions = min(int(config.data.max_predictions_per_seq), seq_len)
-    optimizer, schedule = make_optimizer(config.optimizer, 1000)
-
-    def init_state(rng):
-        ids = jnp.zeros((1, seq_len), jnp.int32)
-        params = nn.unbox(model.init(rng, ids, ids, ids,
-                                     jnp.zeros((1, predictions), jnp.int32))["params"])
-        return {"step": jnp.zeros((), jnp.int32), "params": params,
-                "opt_state": optimizer.init(params)}
-
-    masker = DeviceMasker(SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4), model_cfg.vocab_size,
-                          predictions) if device_masking else None
-    fed = jax.device_put(synthetic_batch(batch, seq_len, predictions, model_cfg.vocab_size,
-                                         device_masking))
+    shapes = benchmark.Shapes(batch, seq_len, min(int(config.data.max_predictions_per_seq),
+                                                  seq_len))
+    data = benchmark.synthetic_batch(shapes, model_cfg.vocab_size, seed=0)
     with gpu_kernel_lowering_kept():
-        step = jax.jit(train_steps.make_train_step(
-            model, optimizer, schedule, 0, masker=masker,
-            dropout_prng=train_steps.DEFAULT_DROPOUT_PRNG if choice == OFF else choice),
-            donate_argnums=(0,))
+        # benchmark.py's step (the same model, optimizer, batch and device masking), with
+        # this choice's dropout keys.
+        step, init_state, fed = benchmark.our_step(
+            model_cfg, config.optimizer, shapes, data, seed=0, dense=False,
+            device_masking=device_masking,
+            dropout_prng=train_steps.DEFAULT_DROPOUT_PRNG if choice == OFF else choice)
+        fed = jax.device_put(fed)
         state = jax.jit(init_state)(jax.random.key(0))
         with compile_cache.disabled():
             start = time.perf_counter()
@@ -222,9 +174,10 @@ def measure(config_spec: str, batch: int = 8, seq_len: int = 128,
     steps in turn, one each per round after an untimed round, so a load change on a
     shared machine hits all of them alike. `config_spec`: 'FILE[:ARGS]' of a pretraining
     config (configs/pretrain.py:size=base)."""
+    from scripts import benchmark
     from training.steps import dropout_prng_identity
 
-    config = load_config(config_spec)
+    config = benchmark.load_config(config_spec)
     choices = list(choices or default_choices())
     for choice in choices:
         if choice != OFF:
