@@ -128,7 +128,8 @@ def test_conversion_round_trips_and_orders_layers_past_nine():
     assert jax.tree.map(np.shape, back) == jax.tree.map(np.shape, {"bert": {"encoder": encoder}})
     np.testing.assert_array_equal(back["bert"]["encoder"]["layer_11"]["w"], 11)
     # Already in the asked layout: unchanged.
-    assert layout.to_layout(stacked, scanned=True) is not None
+    again = layout.to_layout(stacked, scanned=True)
+    assert jax.tree.map(np.shape, again) == jax.tree.map(np.shape, stacked)
     with pytest.raises(ValueError, match="layer_0..layer_N-1"):
         layout.to_layout({"encoder": {"layer_0": {}, "layer_2": {}}}, scanned=True)
 
