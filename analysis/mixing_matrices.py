@@ -65,7 +65,7 @@ def find_mixings(tree: Any, path: tuple[str, ...] = ()) -> dict[str, np.ndarray]
 
 
 def read_mixings(workdir: str, step: int | None) -> tuple[int, dict[str, np.ndarray]]:
-    from training.checkpoints import restore_run
+    from training.checkpoint_reader import restore_run
 
     state, _, restored_step, _ = restore_run(workdir, step)
     params = state.get("params", {}) if isinstance(state, dict) else {}

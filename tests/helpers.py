@@ -32,7 +32,7 @@ import numpy as np
 from configs import pretrain
 from configs.overrides import apply_overrides
 from models import ModelConfig, TalkingHeadsConfig
-from training.checkpoints import restore_run
+from training.checkpoint_reader import restore_run
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,9 +3,11 @@ intact ones that do not fit refused without moving them."""
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import shutil
+import socket
 
 import jax
 import jax.numpy as jnp
@@ -65,17 +67,21 @@ def test_a_flipped_bit_is_found_named_and_the_previous_checkpoint_used(tmp_path,
 
 
 def test_a_damaged_config_falls_back_and_a_read_only_reader_moves_nothing(tmp_path, caplog):
-    directory = two_checkpoints(tmp_path / "ckpt")
+    from training.checkpoint_reader import restore_run
+
+    directory = two_checkpoints(tmp_path / "checkpoints")
     with open(os.path.join(directory, "2", "config", "metadata"), "w") as f:
         f.write("{not json")
-    reader = Checkpointer(directory, read_only=True)
     with caplog.at_level("WARNING"):
-        _, config, step = reader.restore()  # as eval_glue.py reads a pretraining run
-    assert (step, config) == (1, {"run": 1})
-    assert any(f"{directory}/2" in r.getMessage() for r in caplog.records)
-    assert reader.all_steps() == [1, 2] and not os.path.exists(f"{directory}-damaged")
+        restored = restore_run(str(tmp_path))  # as eval_glue.py reads a pretraining run
+    assert (restored.step, restored.config) == (1, {"run": 1})
+    assert any(f"{directory}/2 is damaged" in r.getMessage() for r in caplog.records)
+    assert sorted(os.listdir(directory)) == ["1", "2"]
+    assert not os.path.exists(f"{directory}-damaged")
     with pytest.raises(CheckpointError, match=f"{directory}/2/config/metadata"):
-        reader.restore(step=2)
+        restore_run(str(tmp_path), step=2)
+    # The reader's snapshots (hard links beside the run's folders) are gone again.
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints"]
 
 
 def test_an_intact_checkpoint_that_does_not_fit_is_refused_not_moved(tmp_path):
@@ -126,37 +132,79 @@ def test_a_finished_record_whose_checkpoint_is_gone_no_longer_counts(tmp_path, c
     assert len(glob.glob(os.path.join(workdir, "final_metrics.stale-*.json"))) == 1
 
 
-@pytest.mark.slow
-def test_a_reader_of_a_live_run_takes_complete_checkpoints_only(tmp_path, monkeypatch):
+def test_a_reader_of_a_live_run_takes_complete_checkpoints_only(tmp_path, monkeypatch, caplog):
     """eval_glue.py --config.init_from=RUN while RUN trains: a checkpoint whose checksums
-    are not written yet is still being saved, and one that vanishes while it is read was
-    removed by the live run's retention; both give way to the newest complete one, and
-    neither is an error."""
+    are not written yet is still being saved, and one removed before the reader has
+    linked its files was removed by the live run's retention; both give way to the
+    newest complete one, and neither is called damaged. One removed after the reader
+    linked its files is read whole from the links."""
     import orbax.checkpoint as ocp
 
-    from training.checkpoints import restore_run
+    from training import checkpoint_reader
+    from training.checkpoint_reader import restore_run
 
-    corpus = write_run_corpus(str(tmp_path))
-    workdir = str(tmp_path / "run")
-    train_and_evaluate(tiny_run_config(corpus, str(tmp_path / "cache"), steps=30,
-                                       keep_checkpoints=3), workdir)
-    newest = os.path.join(workdir, "checkpoints", "30")
-    manifest = os.path.join(newest, CHECKSUMS)
+    directory = str(tmp_path / "checkpoints")
+    checkpointer = Checkpointer(directory, keep_last=3)
+    for step in (10, 20, 30):
+        checkpointer.save(step, state_at(step), {"run": step})
+    checkpointer.close()
+    manifest = os.path.join(directory, "30", CHECKSUMS)
     os.rename(manifest, manifest + ".later")  # 30 is being saved
-    assert restore_run(workdir).step == 20
+    assert restore_run(str(tmp_path)).step == 20
     os.rename(manifest + ".later", manifest)
+
+    real_link = checkpoint_reader._link_or_copy
+
+    def retention_removes_30(source, target):
+        if f"{os.sep}30{os.sep}state" in source and os.path.isdir(os.path.dirname(manifest)):
+            shutil.rmtree(os.path.dirname(manifest))  # as the run would, mid-link
+        real_link(source, target)
+
+    monkeypatch.setattr(checkpoint_reader, "_link_or_copy", retention_removes_30)
+    with caplog.at_level("WARNING"):
+        assert restore_run(str(tmp_path)).step == 20
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert f"{directory}/30 was removed while reading it" in warned
+    assert "damaged" not in warned
+    monkeypatch.setattr(checkpoint_reader, "_link_or_copy", real_link)
 
     real_restore = ocp.CheckpointManager.restore
 
     def retention_removes_20(self, step, *args, **kwargs):
-        if step == 20 and "state" in dict(kwargs.get("args") or {}):
-            shutil.rmtree(os.path.join(workdir, "checkpoints", "20"))  # as the run would
+        if step == 20 and os.path.isdir(os.path.join(directory, "20")):
+            shutil.rmtree(os.path.join(directory, "20"))  # after the reader linked it
         return real_restore(self, step, *args, **kwargs)
 
-    shutil.rmtree(newest)  # the run saved 30 (gone here) and now removes 20 mid-read
     monkeypatch.setattr(ocp.CheckpointManager, "restore", retention_removes_20)
-    restored = restore_run(workdir)
-    assert restored.step == 10 and restored.state["params"]
+    restored = restore_run(str(tmp_path))
+    assert restored.step == 20 and restored.config == {"run": 20}
+    np.testing.assert_array_equal(restored.state["w"], np.arange(float(SIZE)) * 20)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints"]
+
+
+def test_a_reader_that_cannot_link_copies_and_an_abandoned_snapshot_is_removed(
+        tmp_path, monkeypatch):
+    """Hard links fail across file systems: the reader copies then. A snapshot left by
+    a reader killed with -9 (its process gone) is removed by the next reader."""
+    from training import checkpoint_reader
+    from training.checkpoint_reader import restore_run
+
+    two_checkpoints(tmp_path / "checkpoints")
+    with open("/proc/sys/kernel/pid_max") as f:
+        no_process = int(f.read()) + 1  # above every pid: never alive
+    abandoned = tmp_path / f".reading-{socket.gethostname()}-{no_process}-x"
+    abandoned.mkdir()
+    linked = []
+
+    def cross_device(source, target):
+        linked.append(source)
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(checkpoint_reader.os, "link", cross_device)
+    restored = restore_run(str(tmp_path))
+    assert restored.step == 2 and linked
+    np.testing.assert_array_equal(restored.state["w"], np.arange(float(SIZE)) * 2)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints"]
 
 
 def test_the_best_checkpoint_is_kept_beside_the_latest_and_found_by_readers(tmp_path):
@@ -164,7 +212,7 @@ def test_the_best_checkpoint_is_kept_beside_the_latest_and_found_by_readers(tmp_
     Orbax wrote no metrics (its best_fn was unset) and BestN kept the highest loss, so
     "best" (export, fine-tuning from a run) silently meant the newest, and the best
     checkpoint was deleted."""
-    from training.checkpoints import restore_run
+    from training.checkpoint_reader import restore_run
 
     workdir = tmp_path / "run"
     checkpointer = Checkpointer(str(workdir / "checkpoints"), keep_last=2,

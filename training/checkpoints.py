@@ -12,6 +12,10 @@ naming the file, moves the step's directory to `<checkpoints>-damaged/<step>-<ti
 checkpoint before. A checkpoint whose files are intact but that does not fit the
 state being restored (another architecture, another version of this code) is not
 damage: that is an error naming the directory, and nothing is moved.
+
+Readers of another run (fine-tuning, export), which may still be training, read through
+training/checkpoint_reader.py: a private snapshot of a complete step, never the live
+folder.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import logging as std_logging
 import os
 import shutil
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
@@ -70,9 +74,13 @@ class Checkpointer:
         best_metric: str | None = None,
         best_mode: str = "min",
         read_only: bool = False,
+        named: str | None = None,
     ):
+        """named: the folder messages name (a reader's snapshot names the run's)."""
         self.directory = os.path.abspath(directory)
+        self.named = named or self.directory
         self.read_only = read_only
+        self.damaged: list[str] = []  # what restore found damaged, for its caller
         if read_only:
             logging.get_absl_logger().addFilter(_READ_ONLY_FILTER)
         keep = [policies.LatestN(n=max(keep_last, 1))]
@@ -112,6 +120,10 @@ class Checkpointer:
 
     def step_directory(self, step: int) -> str:
         return os.path.join(self.directory, str(step))
+
+    def shown(self, step: int) -> str:
+        """The step's directory as messages name it."""
+        return os.path.join(self.named, str(step))
 
     def best_step(self, metric: str, mode: str = "min") -> int | None:
         """The step whose metrics (saved with it) are best by `metric`; None when no
@@ -158,23 +170,19 @@ class Checkpointer:
         """True if every file matches the checksums written at save; False if the
         checkpoint predates them. Raises CheckpointError naming a damaged file."""
         directory = self.step_directory(step)
-        manifest = os.path.join(directory, CHECKSUMS)
-        if not os.path.exists(manifest):
+        expected = read_manifest(directory, shown=self.shown(step))
+        if expected is None:
             logging.warning("checkpoint %s has no %s (saved by an older version, or killed "
-                            "just after saving); restoring it unverified", directory, CHECKSUMS)
+                            "just after saving); restoring it unverified", self.shown(step),
+                            CHECKSUMS)
             return False
-        try:
-            with open(manifest) as f:
-                expected = json.load(f)
-        except (OSError, ValueError) as e:
-            raise CheckpointError(f"{manifest} is unreadable ({e})") from e
         actual = file_digests(directory)
         for name in sorted(set(expected) | set(actual)):
+            where = os.path.join(self.shown(step), name)
             if name not in actual:
-                raise CheckpointError(f"{os.path.join(directory, name)} is missing")
+                raise CheckpointError(f"{where} is missing")
             if expected.get(name) != actual[name]:
-                raise CheckpointError(f"{os.path.join(directory, name)} does not match its "
-                                      f"checksum in {CHECKSUMS}")
+                raise CheckpointError(f"{where} does not match its checksum in {CHECKSUMS}")
         return True
 
     def set_aside(self, step: int) -> str | None:
@@ -205,13 +213,10 @@ class Checkpointer:
           raises to refuse a checkpoint of another run.
         Damaged checkpoints are set aside (see module docstring) and the previous
         one is tried; an intact one that does not fit raises CheckpointError.
-        A read-only reader of a live run reads complete checkpoints only (those with
-        their checksums written), and one that vanishes while it is read (the live
-        run's retention removed it) is replaced by the newest complete one then.
+        Readers of another run, live or not, go through training.checkpoint_reader.
         """
         if step is None and not self.all_steps():
-            raise CheckpointError(f"{self.directory}: no checkpoint to restore")
-        damaged: list[str] = []
+            raise CheckpointError(f"{self.named}: no checkpoint to restore")
         tried: set[int] = set()
         while (candidate := self._next_candidate(step, tried)) is not None:
             tried.add(candidate)
@@ -219,9 +224,7 @@ class Checkpointer:
                 verified = self.verify(candidate)
                 config = self._restore_config(candidate)
             except Exception as e:  # noqa: BLE001 - unreadable or damaged
-                if self._vanished(candidate):
-                    continue
-                damaged.append(self._damaged(candidate, e))
+                self.damaged.append(self._damaged(candidate, e))
                 continue
             if check_config is not None:
                 check_config(config)
@@ -232,51 +235,32 @@ class Checkpointer:
                 restored = self.manager.restore(
                     candidate, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
             except Exception as e:  # noqa: BLE001
-                if self._vanished(candidate):
-                    continue
                 if verified:  # intact files that do not fit: not damage, do not move them
                     raise CheckpointError(
-                        f"{self.step_directory(candidate)} does not fit this run's state "
+                        f"{self.shown(candidate)} does not fit this run's state "
                         f"(another architecture or version of this code?): "
                         f"{type(e).__name__}: {_first_line(e)}") from e
-                damaged.append(self._damaged(candidate, e))
+                self.damaged.append(self._damaged(candidate, e))
                 continue
             return restored["state"], config, candidate
-        if step is not None and not damaged:
-            raise CheckpointError(f"{self.step_directory(step)}: no such checkpoint")
-        raise CheckpointError(f"{self.directory}: no checkpoint restores; damaged: "
-                              + ("; ".join(damaged) or "none (all vanished while read)"))
+        if step is not None and not self.damaged:
+            raise CheckpointError(f"{self.shown(step)}: no such checkpoint")
+        raise CheckpointError(f"{self.named}: no checkpoint restores; damaged: "
+                              + "; ".join(self.damaged))
 
     def _next_candidate(self, step: int | None, tried: set[int]) -> int | None:
-        """`step` once, or the newest step not tried yet (listed anew: a live run saves
-        and removes checkpoints meanwhile). Read-only, a step whose checksums are not
-        written yet is still being saved and is passed over, unless no step has them
-        (checkpoints of older versions)."""
+        """`step` once, or the newest step not tried yet."""
         if step is not None:
             return None if step in tried else step
-        self.manager.reload()
         steps = [s for s in reversed(self.all_steps()) if s not in tried]
-        if self.read_only:
-            complete = [s for s in steps
-                        if os.path.exists(os.path.join(self.step_directory(s), CHECKSUMS))]
-            steps = complete or steps
         return steps[0] if steps else None
-
-    def _vanished(self, step: int) -> bool:
-        """True (with a warning) when the step's directory is gone: removed while it was
-        read, by the live run that owns it."""
-        if os.path.isdir(self.step_directory(step)):
-            return False
-        logging.warning("checkpoint %s vanished while it was read (the run that owns it "
-                        "removed it); reading the newest complete one", self.step_directory(step))
-        return True
 
     def _restore_config(self, step: int) -> dict:
         restored = self.manager.restore(
             step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))
         config = restored["config"]
         if not isinstance(config, dict):
-            raise CheckpointError(f"{self.step_directory(step)}/config holds no JSON object")
+            raise CheckpointError(f"{self.shown(step)}/config holds no JSON object")
         return dict(config)
 
     def _as_saved(self, step: int) -> Any:
@@ -289,9 +273,10 @@ class Checkpointer:
         where = self.set_aside(step)
         moved = f"; moved to {where}" if where else ""
         reason = f"{type(error).__name__}: {_first_line(error)}"
-        logging.warning("checkpoint %s is damaged (%s)%s; trying the previous one",
-                        self.step_directory(step), reason, moved)
-        return f"{self.step_directory(step)} ({reason}){moved}"
+        if not self.read_only:  # a reader (checkpoint_reader) says it in its own words
+            logging.warning("checkpoint %s is damaged (%s)%s; trying the previous one",
+                            self.shown(step), reason, moved)
+        return f"{self.shown(step)} ({reason}){moved}"
 
     def wait(self) -> None:
         """Until every save in flight is on disk (and its metrics readable)."""
@@ -301,37 +286,24 @@ class Checkpointer:
         self.manager.close()
 
 
-class RestoredRun(NamedTuple):
-    state: Any  # as saved, on this process's first device
-    config: dict
-    step: int
-    directory: str  # the step's directory, for messages
-
-
-def restore_run(workdir: str, step: int | str | None = None, name: str | None = None,
-                subdir: str = "checkpoints") -> RestoredRun:
-    """A run's checkpoint from its checkpoints/ (or `subdir`), for readers (fine-tuning,
-    export, analysis scripts): `step`; "best", the lowest eval_loss saved (the newest
-    when none was); else the newest that restores. name: how errors name the run
-    (default: the workdir)."""
-    name = name or workdir
-    directory = os.path.join(workdir, subdir)
-    if not os.path.isdir(directory):
-        raise CheckpointError(f"{name}: no {subdir}/ (not a pretraining run?)")
-    checkpointer = Checkpointer(directory, read_only=True)
+def read_manifest(step_directory: str, shown: str | None = None) -> dict[str, str] | None:
+    """A step's checksums (relative path -> sha256); None when it has none (saved by an
+    older version). Raises FileNotFoundError when the step itself is gone."""
+    manifest = os.path.join(step_directory, CHECKSUMS)
     try:
-        if checkpointer.latest_step() is None:
-            raise CheckpointError(f"{name}: {subdir}/ holds no checkpoint")
-        if step == "best":
-            step = checkpointer.best_step("eval_loss")
-        elif step is not None and step not in checkpointer.all_steps():
-            raise CheckpointError(f"{name}: no checkpoint at step {step} (it has "
-                                  f"{', '.join(map(str, checkpointer.all_steps()))})")
-        # A damaged latest checkpoint falls back to the one before (named in a warning).
-        state, config, restored = checkpointer.restore(step=step)
-    finally:
-        checkpointer.close()
-    return RestoredRun(state, config, restored, checkpointer.step_directory(restored))
+        with open(manifest) as f:
+            expected = json.load(f)
+    except FileNotFoundError:
+        if not os.path.isdir(step_directory):
+            raise
+        return None
+    except (OSError, ValueError) as e:
+        where = os.path.join(shown or step_directory, CHECKSUMS)
+        raise CheckpointError(f"{where} is unreadable ({e})") from e
+    if not isinstance(expected, dict):
+        raise CheckpointError(f"{os.path.join(shown or step_directory, CHECKSUMS)} holds no "
+                              "JSON object")
+    return expected
 
 
 def _first_line(error: Exception) -> str:

@@ -20,7 +20,7 @@ import glue
 from input_pipeline import load_tokenizer
 from models import ModelConfig
 from models.hf_export import save_pretrained
-from training import checkpoints, results
+from training import checkpoint_reader, results
 from training.checkpoints import CheckpointError
 
 GLUE_IDENTITY = "glue_identity.json"  # written by training/finetune.py's identity check
@@ -55,7 +55,7 @@ def read_run_model(workdir: str, step: int | str = "best", task: str | None = No
     if not os.path.isdir(os.path.join(workdir, "checkpoints")) and os.path.isfile(
             os.path.join(workdir, "config.json")):
         return _hugging_face(workdir)
-    restored = checkpoints.restore_run(workdir, None if step == "latest" else step)
+    restored = checkpoint_reader.restore_run(workdir, None if step == "latest" else step)
     model_config = _model_config(restored.config, restored.directory)
     tokenizer = load_tokenizer(os.path.join(workdir, "tokenizer"))
     params = {k: restored.state["params"][k] for k in ("bert", "mlm_head")}
@@ -104,7 +104,7 @@ def _fine_tuned(run_dir: str, tokenizer_dir: str) -> RunModel:
     if not os.path.isdir(os.path.join(run_dir, FINE_TUNED_MODEL)):
         raise CheckpointError(f"{run_dir}: no {FINE_TUNED_MODEL}/ (fine-tuned with "
                               f"save_model=none, or pruned when it was not the best run)")
-    restored = checkpoints.restore_run(run_dir, subdir=FINE_TUNED_MODEL)
+    restored = checkpoint_reader.restore_run(run_dir, subdir=FINE_TUNED_MODEL)
     saved = restored.config
     params = restored.state["params"]
     return RunModel({k: params[k] for k in ("bert", "classifier")},

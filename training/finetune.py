@@ -34,7 +34,7 @@ from attention.talking_heads import CHOICES as TH_CHOICES
 from common.files import write_json_atomic
 from models import BertForSequenceClassification, BertModel, ModelConfig, layout
 from models.hf_export import EXPORTABLE_ATTENTION
-from training import checkpoints, metrics, results, sharding, steps
+from training import checkpoint_reader, checkpoints, metrics, results, sharding, steps
 from training import glue_report as report
 from training import workdir as workdir_lib
 from training.checkpoints import CheckpointError
@@ -74,7 +74,7 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
         raise ValueError(f"init={config.init!r} is unknown; choose one of {', '.join(INITS)}")
     if config.init_from:
         workdir = config.init_from
-        state, saved, step, where = checkpoints.restore_run(
+        state, saved, step, where = checkpoint_reader.restore_run(
             workdir, config.checkpoint_step, name=f"init_from={workdir}")
         if not isinstance(saved.get("model"), dict):
             raise CheckpointError(f"{where}: its config has no model settings "

@@ -23,7 +23,7 @@ import input_pipeline
 from common.files import write_json_atomic
 from models import ModelConfig, layout
 from models.config import EXECUTION_FIELDS
-from training import checkpoints, metrics, results
+from training import checkpoint_reader, metrics, results
 
 RECORD = "warm_start.json"
 # Fields a warm start takes from its own config rather than from the source: how the
@@ -50,7 +50,7 @@ def read_source(spec: str, step: int | None = None) -> Source:
     """A pretraining workdir (its checkpoint at `step`, default the newest) or a Hugging
     Face BERT (hub id or directory with config.json and weights)."""
     if os.path.isdir(os.path.join(spec, "checkpoints")):
-        restored = checkpoints.restore_run(spec, step, name=f"init_from={spec}")
+        restored = checkpoint_reader.restore_run(spec, step, name=f"init_from={spec}")
         if not isinstance(restored.config.get("model"), dict):
             raise WarmStartError(f"{restored.directory}: its config has no model settings")
         params = restored.state["params"]
