@@ -12,6 +12,9 @@ question, a question without answers, an answer_start outside its context, a que
 seen twice (predictions are scored by id). What is counted and skipped, as BERT's
 run_squad.py skips it: a training answer whose text is not the context's characters at
 answer_start. On dev only the answer texts are scored, so such an answer stays (counted).
+A question id in both train and dev (a dev question that may have been trained on) is a
+one-line warning naming both sources, the number of shared ids and a few of them
+(`warn_shared_ids`; load_split checks it when it has read both splits of one source).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+from common.console import console
 
 TRAIN, DEV = "train", "dev"
 SPLIT_FILES = {TRAIN: "train-v1.1.json", DEV: "dev-v1.1.json"}
@@ -60,6 +65,45 @@ class Loaded:
     examples: list[SquadExample]
     mismatched: int  # answers whose text is not the context at answer_start (counted)
     skipped: int  # training questions dropped for it
+    source: str = ""  # the file or hub split it was read from
+
+
+SHARED_EXAMPLES = 3  # ids a leakage warning names
+
+
+def shared_ids(train: Loaded, dev: Loaded) -> list[str]:
+    """Question ids of `dev` also in `train`, in dev's order."""
+    return _shared([e.qid for e in train.examples], [e.qid for e in dev.examples])
+
+
+def warn_shared_ids(train: Loaded, dev: Loaded) -> int:
+    """One warning line when train and dev share question ids (leakage); their number."""
+    return _warn_shared(train.source, [e.qid for e in train.examples],
+                        dev.source, [e.qid for e in dev.examples])
+
+
+def _shared(train_ids: Iterable[str], dev_ids: Iterable[str]) -> list[str]:
+    train_set = set(train_ids)
+    return [q for q in dev_ids if q in train_set]
+
+
+def _warn_shared(train_source: str, train_ids: Iterable[str], dev_source: str,
+                 dev_ids: Iterable[str]) -> int:
+    shared = _shared(train_ids, dev_ids)
+    if shared:
+        sources = train_source if train_source == dev_source else \
+            f"{train_source or TRAIN} and {dev_source or DEV}"
+        examples = ", ".join(repr(q) for q in shared[:SHARED_EXAMPLES])
+        more = ", ..." if len(shared) > SHARED_EXAMPLES else ""
+        console(f"warning: {sources}: {len(shared)} question ids are in both the train and "
+                f"the dev split ({examples}{more}); leakage: those dev questions may have "
+                f"been trained on")
+    return len(shared)
+
+
+# The question ids of the last split load_split read from each source (squad_dir, or ""
+# for the hub), so that reading the other split of that source checks for shared ids.
+_last_read: dict[str, tuple[str, str, tuple[str, ...]]] = {}
 
 
 def split_path(squad_dir: str, split: str) -> str:
@@ -161,13 +205,28 @@ def checked(rows: Iterable[dict[str, Any]], source: str, training: bool) -> Load
         examples.append(example)
     if not examples:
         raise SquadDataError(f"{source}: no questions")
-    return Loaded(examples, mismatched, skipped)
+    return Loaded(examples, mismatched, skipped, source)
 
 
 def load_split(split: str, squad_dir: str | None, *, cache_dir: str | None = None) -> Loaded:
-    """One split from --config.squad_dir, or from the hub when it is empty."""
+    """One split from --config.squad_dir, or from the hub when it is empty. Once both
+    splits of one source have been read, a question id in both is a warning."""
     if split not in SPLIT_FILES:
         raise ValueError(f"split={split!r}: SQuAD v1.1 has {TRAIN} and {DEV}")
+    loaded = _read(split, squad_dir, cache_dir)
+    key = os.path.abspath(squad_dir) if squad_dir else ""
+    ids = tuple(e.qid for e in loaded.examples)
+    other_split, other_source, other_ids = _last_read.get(key, (split, "", ()))
+    _last_read[key] = (split, loaded.source, ids)
+    if other_split != split:
+        if split == TRAIN:
+            _warn_shared(loaded.source, ids, other_source, other_ids)
+        else:
+            _warn_shared(other_source, other_ids, loaded.source, ids)
+    return loaded
+
+
+def _read(split: str, squad_dir: str | None, cache_dir: str | None) -> Loaded:
     if squad_dir:
         return read_split(squad_dir, split)
     import datasets  # the hub stack only when it is used
