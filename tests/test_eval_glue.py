@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -53,6 +54,18 @@ def test_learnable_task_reaches_high_accuracy_and_writes_results(pretrained_work
     assert summary["majority"]["SST-2"] == pytest.approx(100.0 * np.mean(np.equal(dev, majority)))
     assert summary["majority"]["SST-2"] < summary["main"]["SST-2"]
     printed = capsys.readouterr().out.splitlines()
+    # Progress as train.py's (every log_every_steps=10 and the last step), then the score.
+    for seed in (0, 1):
+        run = f"SST-2 lr=0.002 seed={seed}: "
+        steps = [line for line in printed if line.startswith(run + "step ")]
+        assert [line.split()[4] for line in steps] == [f"{s}/75" for s in
+                                                      (10, 20, 30, 40, 50, 60, 70, 75)]
+        assert "first 10 steps with compilation" in steps[0]
+        assert all(re.search(r"loss=\S+ \(\d+\.\d+ steps/s, \d+\.\d examples/s, "
+                             r"ETA \d\d:\d\d:\d\d\)$", line) for line in steps[1:])
+        score = [line for line in printed if line.startswith(f"SST-2 [{seed + 1}/2] "
+                                                             f"lr=0.002 seed={seed}: dev:")]
+        assert len(score) == 1 and printed.index(score[0]) > printed.index(steps[-1])
     assert printed[-1] == (f"wrote {workdir}/results.json and {workdir}/results.md; GLUE "
                            f"submission files in {workdir}/submission/; export a fine-tuned "
                            f"model: python scripts/export_hf.py --workdir {workdir} --task sst2 "

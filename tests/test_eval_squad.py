@@ -47,7 +47,7 @@ def squad_config(**overrides):
 
 @pytest.mark.slow
 def test_a_learnable_rule_reaches_high_exact_match_and_writes_results(pretrained_workdir,
-                                                                      tmp_path):
+                                                                      tmp_path, capsys):
     # 360 training questions, most of whose contexts span two or three 64-token windows
     squad_dir = write_squad_dir(tmp_path / "squad", np.random.default_rng(0), 120, 16, filler=2)
     workdir = str(tmp_path / "squad_run")
@@ -56,6 +56,16 @@ def test_a_learnable_rule_reaches_high_exact_match_and_writes_results(pretrained
     summary = results["tasks"]["SQuAD"]
     em, f1 = summary["scores"]["SQuAD/exact_match"], summary["scores"]["SQuAD/f1"]
     assert em["mean"] > 90.0 and f1["mean"] >= em["mean"]
+    printed = capsys.readouterr().out.splitlines()
+    for seed in (0, 1):  # progress lines, the last at the last step, then the run's score
+        steps = [line for line in printed if line.startswith(f"SQuAD lr=0.003 seed={seed}: "
+                                                             f"step ")]
+        total = steps[-1].split()[4].split("/")[1]
+        assert len(steps) >= 2 and steps[-1].split()[4] == f"{total}/{total}"
+        assert "examples/s, ETA" in steps[-1]
+        score = [line for line in printed if line.startswith(f"SQuAD [{seed + 1}/2] "
+                                                             f"lr=0.003 seed={seed}: ")]
+        assert len(score) == 1 and printed.index(score[0]) > printed.index(steps[-1])
     assert len(em["per_seed"]) == 2 and summary["main"]["SQuAD"] == f1["mean"]
     # predictions.json: the official format, an answer for every dev question
     dev = json.loads((tmp_path / "squad" / "dev-v1.1.json").read_text())

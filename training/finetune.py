@@ -422,6 +422,10 @@ def finetune_run(task: glue.GlueTask | Tuning, pretrained: Pretrained, data,
     run = compile_run(tuning, pretrained, len(data["train"]["input_ids"]), learning_rate, seed,
                       config, run_dir, mesh, rules, preemption)
     state = restore_or_init_run(run)
+    # A line per logged step, as train.py's: fine-tuning a large task takes minutes.
+    state.progress = metrics.Progress(
+        run.total_steps, state.start, f"{run.task.name} lr={learning_rate:g} seed={seed}: ",
+        examples_per_step=config.batch_size)
     writer = metrics.MetricWriter(run_dir)
     try:
         train_epochs(run, state, data["train"], writer)
@@ -479,6 +483,7 @@ class FineTuneState:
     start: int  # the step a preempted run resumes from (0: a fresh run)
     step: int = 0
     losses: list[float] = dataclasses.field(default_factory=list)
+    progress: metrics.Progress | None = None  # the console's progress lines
 
 
 def compile_run(tuning: Tuning, pretrained: Pretrained, num_train: int, learning_rate: float,
@@ -566,6 +571,8 @@ def log_train_step(run: FineTuneRun, state: FineTuneState, step_metrics: Any,
                            f"non-finite loss at step {state.step}")
     state.losses.append(loss)
     writer.scalars(state.step, {"train_loss": loss, "learning_rate": float(m["learning_rate"])})
+    if state.progress is not None:
+        state.progress.log(state.step, {"loss": loss})
 
 
 def evaluate_run(run: FineTuneRun, state: FineTuneState, data, writer: metrics.MetricWriter

@@ -62,30 +62,38 @@ class MetricWriter:
 
 
 class Progress:
-    """Console line: step, the given metrics, steps/s and the ETA.
+    """Console line: step, the given metrics, steps/s (examples/s with
+    `examples_per_step`) and the ETA, after `prefix` (a fine-tuning run's task, rate and
+    seed).
 
     The first line's steps include compiling the step, so the rate (and the ETA) are
     measured from the first line on, and shown from the second: an ETA from a window
     that holds the compilation would be far too long."""
 
-    def __init__(self, total_steps: int, first_step: int = 0):
+    def __init__(self, total_steps: int, first_step: int = 0, prefix: str = "",
+                 examples_per_step: int | None = None):
         self.total = total_steps
         self.start_step, self.start_time = first_step, time.time()
         self.since: tuple[int, float] | None = None  # (step, time) of the first line
+        self.prefix = prefix
+        self.examples_per_step = examples_per_step
 
     def line(self, step: int, values: Mapping[str, float]) -> str:
         now = time.time()
         shown = " ".join(f"{k}={v:.4g}" for k, v in values.items())
+        head = f"{self.prefix}step {step}/{self.total} {shown}"
         if self.since is None:
             self.since = (step, now)
-            return (f"step {step}/{self.total} {shown} (first {step - self.start_step} steps "
+            return (f"{head} (first {step - self.start_step} steps "
                     f"with compilation: {now - self.start_time:.1f} s; ETA at the next line)")
         since_step, since_time = self.since
         elapsed, done = now - since_time, step - since_step
         rate = done / elapsed if elapsed > 0 and done > 0 else math.nan
         eta = (self.total - step) / rate if rate == rate and rate > 0 else math.nan
         eta_text = time.strftime("%H:%M:%S", time.gmtime(eta)) if eta == eta else "?"
-        return f"step {step}/{self.total} {shown} ({rate:.2f} steps/s, ETA {eta_text})"
+        examples = (f", {rate * self.examples_per_step:.1f} examples/s"
+                    if self.examples_per_step else "")
+        return f"{head} ({rate:.2f} steps/s{examples}, ETA {eta_text})"
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
         console(self.line(step, values))
