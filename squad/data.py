@@ -14,7 +14,7 @@ run_squad.py skips it: a training answer whose text is not the context's charact
 answer_start. On dev only the answer texts are scored, so such an answer stays (counted).
 A question id in both train and dev (a dev question that may have been trained on) is a
 one-line warning naming both sources, the number of shared ids and a few of them
-(`warn_shared_ids`; load_split checks it when it has read both splits of one source).
+(`warn_shared_ids`, called by eval_squad.py once it has read both).
 """
 
 from __future__ import annotations
@@ -99,11 +99,6 @@ def _warn_shared(train_source: str, train_ids: Iterable[str], dev_source: str,
                 f"the dev split ({examples}{more}); leakage: those dev questions may have "
                 f"been trained on")
     return len(shared)
-
-
-# The question ids of the last split load_split read from each source (squad_dir, or ""
-# for the hub), so that reading the other split of that source checks for shared ids.
-_last_read: dict[str, tuple[str, str, tuple[str, ...]]] = {}
 
 
 def split_path(squad_dir: str, split: str) -> str:
@@ -209,21 +204,10 @@ def checked(rows: Iterable[dict[str, Any]], source: str, training: bool) -> Load
 
 
 def load_split(split: str, squad_dir: str | None, *, cache_dir: str | None = None) -> Loaded:
-    """One split from --config.squad_dir, or from the hub when it is empty. Once both
-    splits of one source have been read, a question id in both is a warning."""
+    """One split from --config.squad_dir, or from the hub when it is empty."""
     if split not in SPLIT_FILES:
         raise ValueError(f"split={split!r}: SQuAD v1.1 has {TRAIN} and {DEV}")
-    loaded = _read(split, squad_dir, cache_dir)
-    key = os.path.abspath(squad_dir) if squad_dir else ""
-    ids = tuple(e.qid for e in loaded.examples)
-    other_split, other_source, other_ids = _last_read.get(key, (split, "", ()))
-    _last_read[key] = (split, loaded.source, ids)
-    if other_split != split:
-        if split == TRAIN:
-            _warn_shared(loaded.source, ids, other_source, other_ids)
-        else:
-            _warn_shared(other_source, other_ids, loaded.source, ids)
-    return loaded
+    return _read(split, squad_dir, cache_dir)
 
 
 def _read(split: str, squad_dir: str | None, cache_dir: str | None) -> Loaded:

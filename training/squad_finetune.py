@@ -53,6 +53,7 @@ def read_questions(config: ml_collections.ConfigDict
                         f"the answer text is not the context at answer_start (BERT's "
                         f"run_squad.py skips them too)")
     dev = squad.load_split(squad.DEV, config.squad_dir)
+    squad.warn_shared_ids(train, dev)  # leakage: said, not refused (a user's own split)
     if dev.mismatched:
         metrics.console(f"note: {where}: {dev.mismatched} dev questions have an answer not at "
                         f"its answer_start; dev scores answer texts only, so they stay")
