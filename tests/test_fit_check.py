@@ -15,6 +15,8 @@ from helpers import REPO
 
 from training import fit_check
 
+GIB = 2**30
+
 TPU_CHECK = """
 import json, sys
 from configs import pretrain
@@ -123,8 +125,46 @@ def test_a_step_that_cannot_fit_is_reported_with_the_bytes_missing():
     lines = done.stdout.splitlines()
     assert lines[0] == "v5e-1: 1 chips (TPU v5e), mesh {'data': 1, 'fsdp': 1, 'tensor': 1}"
     missing = next(x for x in lines if x.startswith("does not fit: "))
-    assert missing.endswith(" GiB missing per chip") and float(missing.split()[3]) > 10
+    assert missing.endswith(" GiB missing per chip (arguments + outputs not aliased + "
+                            "temporaries + generated code - the 15.75 GiB XLA leaves of "
+                            "16.00 GiB of TPU v5e memory)")
+    # the peak counted (arguments 52.7 MiB, temporaries 39.44 GiB), less what XLA leaves:
+    # more than XLA's own 39.44 - 15.75 by the arguments
+    peak = next(x for x in lines if x.startswith("per chip: arguments "))
+    assert float(peak.split("peak >= ")[1].split()[0]) - 15.75 == pytest.approx(
+        float(missing.split()[3]), abs=0.011)
+    assert float(missing.split()[3]) > 39.44 - 15.75
     assert "Traceback" not in done.stderr
+
+
+def test_a_refused_steps_shortfall_counts_its_arguments_and_outputs_not_aliased():
+    """XLA's refusal compares its temporaries with an "available" HBM that leaves out the
+    arguments (30.75 GiB on a v4 chip whatever they are): the shortfall is arguments +
+    outputs not aliased + temporaries + generated code, less that, and the line says so."""
+    v4 = fit_check.parse_topology("v4-8")
+    refused = fit_check.Report(v4, {"data": 4, "fsdp": 1, "tensor": 1},
+                               arguments=4 * GIB, unpadded_arguments=4 * GIB,
+                               outputs=5 * GIB, temporaries=40 * GIB, aliased=3 * GIB,
+                               xla_flops=0.0, analytic_flops=1e12, analytic_bytes=50 * GIB,
+                               bytes_accessed=0.0, collectives={}, estimated=False,
+                               out_of_memory=(40 * GIB, 30.75 * GIB))
+    assert refused.peak == (4 + 2 + 40) * GIB and not refused.fits
+    assert refused.missing == pytest.approx((4 + 2 + 40 - 30.75) * GIB)  # not 40 - 30.75
+    text = refused.lines()
+    assert text[-1] == ("does not fit: 15.25 GiB missing per chip (arguments + outputs not "
+                        "aliased + temporaries + generated code - the 30.75 GiB XLA leaves of "
+                        "32.00 GiB of TPU v4 memory)")
+    assert "outputs not aliased 2.00 GiB, temporaries 40.00 GiB" in text[2]
+    # a compiled step that does not fit counts its generated code too
+    compiled = dataclasses.replace(refused, temporaries=26 * GIB, generated_code=GIB // 2,
+                                   xla_flops=1e12, bytes_accessed=1e9, out_of_memory=None)
+    assert compiled.missing == pytest.approx((4 + 2 + 26 + 0.5 - 32) * GIB)
+    assert "generated code 0.50 GiB, peak 32.50 GiB" in " ".join(compiled.lines())
+    # outputs reuse donated buffers of their dtype and shard shape, one each
+    assert fit_check.aliased_bytes(
+        [("float32", (4, 8)), ("float32", (4, 8)), ("int32", (2,))],
+        [("float32", (4, 8)), ("float32", (8, 4)), ("int32", (2,)), ("int32", (2,))]
+    ) == 4 * 8 * 4 + 2 * 4
 
 
 def test_the_scale_table_reads_each_rows_record():
@@ -136,7 +176,8 @@ def test_the_scale_table_reads_each_rows_record():
                             temporaries=2**30, aliased=2 * 2**30, xla_flops=2.75e12,
                             analytic_flops=2.5e12, analytic_bytes=2.5 * 2**30,
                             bytes_accessed=1.228e9, collectives={}, estimated=False)
-    refused = dataclasses.replace(fits, out_of_memory=(40 * 2**30, 30 * 2**30))
+    refused = dataclasses.replace(fits, temporaries=38 * 2**30,
+                                  out_of_memory=(38 * 2**30, 30 * 2**30))
     table = fit_check.scale_table([fit_check.to_json(fits, "a", 10.0, 1_000_000),
                                    fit_check.to_json(refused, "b", 5.0, 1_000_000)])
     lines = table.splitlines()

@@ -271,6 +271,34 @@ def parameter_bytes(parameters: list[tuple[str, tuple[int, ...]]]) -> int:
     return sum(math.prod(shape) * _ELEMENT_BYTES[kind] for kind, shape in parameters)
 
 
+def _shard_arrays(tree: Any) -> list[tuple[str, tuple[int, ...]]]:
+    """(dtype, per-device shape) of each abstract array in `tree`."""
+    import jax
+
+    return [(np.dtype(leaf.dtype).name,
+             tuple(leaf.sharding.shard_shape(leaf.shape) if getattr(leaf, "sharding", None)
+                   is not None else leaf.shape)) for leaf in jax.tree.leaves(tree)]
+
+
+def aliased_bytes(donated: list[tuple[str, tuple[int, ...]]],
+                  outputs: list[tuple[str, tuple[int, ...]]]) -> int:
+    """Bytes of the outputs that can reuse a donated argument's buffer (same dtype and
+    per-device shape, one output per argument): what XLA's alias_size counts."""
+    from collections import Counter
+
+    free = Counter(donated)
+    reused = []
+    for array in outputs:
+        if free[array]:
+            free[array] -= 1
+            reused.append(array)
+    return _array_bytes(reused)
+
+
+def _array_bytes(arrays: list[tuple[str, tuple[int, ...]]]) -> int:
+    return sum(math.prod(shape) * np.dtype(kind).itemsize for kind, shape in arrays)
+
+
 @dataclasses.dataclass
 class Report:
     topology: Topology
@@ -287,15 +315,22 @@ class Report:
     collectives: dict[str, tuple[int, int]]
     estimated: bool  # memory and time from the analytic model (GPU), not XLA's TPU plan
     # The TPU compiler's own refusal ("Ran out of memory on HBM"): (bytes it needed for
-    # temporaries, bytes it had for them); the other fields are then ours, not XLA's.
+    # temporaries, bytes it had for them). Its "available" is the chip's HBM less a
+    # reserve, the same whatever the arguments (v4: 30.75G of 32 GiB); `temporaries` is
+    # then its need, and the arguments, outputs and aliasing are ours from the shardings.
     out_of_memory: tuple[float, float] | None = None
     # model.scan_layers: XLA's cost analysis counts a loop's body once, so its FLOPs and
     # bytes leave out all layers but one (BERT-base: 0.13 of the analytic FLOPs).
     scanned: bool = False
+    # The compiled program's own bytes on the chip (unknown when XLA refused the step: 0)
+    generated_code: int = 0
 
     @property
     def peak(self) -> int:
-        return self.arguments + self.outputs + self.temporaries - self.aliased
+        """Arguments + outputs not aliased to a donated argument + temporaries + generated
+        code, per chip."""
+        return (self.arguments + self.outputs - self.aliased + self.temporaries
+                + self.generated_code)
 
     @property
     def judged_peak(self) -> float:
@@ -311,12 +346,24 @@ class Report:
 
     @property
     def missing(self) -> float:
-        """Bytes per chip short of fitting (0 when it fits)."""
+        """Bytes per chip short of fitting (0 when it fits): the peak (arguments +
+        outputs not aliased + temporaries + generated code) less the chip's memory: for
+        a step XLA refused, less the HBM it says is available (the chip's less its
+        reserve; its own shortfall, temporaries - available, leaves out the arguments)."""
         if self.out_of_memory is not None:
-            needed, available = self.out_of_memory
-            return needed - available
+            return max(0.0, self.peak - self.out_of_memory[1])
         chip = self.topology.chip
         return max(0.0, self.judged_peak - chip.hbm_bytes) if chip else 0.0
+
+    def missing_line(self) -> str:
+        chip = self.topology.chip
+        memory = (f"the {self.out_of_memory[1] / GiB:.2f} GiB XLA leaves of "
+                  f"{chip.hbm_bytes / GiB:.2f} GiB" if self.out_of_memory is not None
+                  else f"{chip.hbm_bytes / GiB:.2f} GiB")
+        counted = ("analytic peak" if self.estimated else
+                   "arguments + outputs not aliased + temporaries + generated code")
+        return (f"does not fit: {self.missing / GiB:.2f} GiB missing per chip ({counted} "
+                f"- {memory} of {chip.name} memory)")
 
     def step_seconds(self) -> float | None:
         """Roofline: the slower of compute at the chip's peak and memory traffic at its
@@ -342,12 +389,16 @@ class Report:
         if self.out_of_memory is not None:
             needed, available = self.out_of_memory
             return out + [
+                f"XLA's TPU compiler refused the step: its temporaries need {gib(needed)}, "
+                f"more than the {gib(available)} of HBM it leaves them (that figure is the "
+                f"same whatever the arguments)",
                 f"per chip: arguments {gib(self.arguments)} (state and batch at their shard "
-                f"shapes); XLA's TPU compiler refused the step: its temporaries need "
-                f"{gib(needed)}, {gib(available)} of HBM is left for them",
+                f"shapes), outputs not aliased {gib(self.outputs - self.aliased)}, "
+                f"temporaries {gib(self.temporaries)}, generated code not known (XLA "
+                f"stopped before it), peak >= {gib(self.peak)}",
                 f"analytic FLOPs per chip: {self.analytic_flops:.3e}, analytic peak "
                 f"{gib(self.analytic_bytes)} (models/memory.py)",
-                f"does not fit: {gib(self.missing)} missing per chip"]
+                self.missing_line()]
         if self.estimated:
             out.append("(an estimate: fitting is judged on the analytic peak at the GPU's "
                        "memory; FLOPs, bytes and collectives are the CPU compile's plan for "
@@ -357,7 +408,7 @@ class Report:
         out += [f"per chip: arguments {gib(self.arguments)} ({gib(padding)} of it tile "
                 f"padding), outputs {gib(self.outputs)}, "
                 f"temporaries {gib(self.temporaries)}, donated {gib(self.aliased)}, "
-                f"peak {gib(self.peak)}"
+                f"generated code {gib(self.generated_code)}, peak {gib(self.peak)}"
                 + (f" of {gib(chip.hbm_bytes)} HBM ({chip.source})" if chip else ""),
                 f"analytic peak per chip (state + gradients + saved activations, "
                 f"models/memory.py): {gib(self.analytic_bytes)} (XLA / analytic "
@@ -376,8 +427,7 @@ class Report:
                        f"{chip.peak_bf16_flops:.3g} FLOP/s, HBM {chip.hbm_bytes_per_s:.3g} "
                        f"B/s; collectives not counted), MFU <= {self.mfu():.0%}")
         if chip is not None:
-            out.append("fits" if self.fits else
-                       f"does not fit: {gib(self.missing)} missing per chip")
+            out.append("fits" if self.fits else self.missing_line())
         return out
 
 
@@ -405,9 +455,17 @@ def report_of(plan: Plan, topology: Topology, compiled: Any = None) -> Report:
         refused = _OUT_OF_MEMORY.search(str(e))
         if refused is None:
             raise
+        import jax
+
         state = shard_bytes(plan.abstract_state) + shard_bytes(plan.abstract_batch)
+        arguments = _shard_arrays((plan.abstract_state, plan.abstract_batch))
+        infos = jax.tree.leaves(plan.lowered.args_info)
+        donated = [array for array, info in zip(arguments, infos, strict=True) if info.donated]
+        outputs = _shard_arrays(plan.lowered.out_info)
         return Report(topology=topology, mesh_shape=dict(plan.mesh.shape), arguments=state,
-                      unpadded_arguments=state, outputs=0, temporaries=0, aliased=0,
+                      unpadded_arguments=state, outputs=_array_bytes(outputs),
+                      temporaries=int(_gib_value(refused.group(1))),
+                      aliased=aliased_bytes(donated, outputs),
                       xla_flops=0.0, analytic_flops=plan.analytic_flops / topology.chips,
                       analytic_bytes=plan.analytic_bytes, bytes_accessed=0.0, collectives={},
                       estimated=False,
@@ -424,6 +482,7 @@ def report_of(plan: Plan, topology: Topology, compiled: Any = None) -> Report:
         unpadded_arguments=parameter_bytes(entry_parameters(text)),
         outputs=int(memory.output_size_in_bytes),
         temporaries=int(memory.temp_size_in_bytes), aliased=int(memory.alias_size_in_bytes),
+        generated_code=int(memory.generated_code_size_in_bytes),
         xla_flops=float(cost.get("flops", 0.0)),
         analytic_flops=plan.analytic_flops / chips, analytic_bytes=plan.analytic_bytes,
         bytes_accessed=float(cost.get("bytes accessed", 0.0)),
