@@ -228,6 +228,8 @@ class Checkpointer:
                 continue
             if check_config is not None:
                 check_config(config)
+            if verified and abstract_state is not None:
+                self._check_shapes(candidate, abstract_state)
             try:
                 target = abstract_state
                 if target is None:
@@ -262,6 +264,26 @@ class Checkpointer:
         if not isinstance(config, dict):
             raise CheckpointError(f"{self.shown(step)}/config holds no JSON object")
         return dict(config)
+
+    def _check_shapes(self, step: int, abstract_state: Any) -> None:
+        """An intact checkpoint whose arrays' shapes are not the state's does not fit:
+        said before orbax reads it (its failed read leaves callbacks firing into a closed
+        event loop, printed as tracebacks). The shapes are compared as multisets, so
+        that a tree orbax would still map onto the state is never refused here."""
+        try:
+            saved = jax.tree.leaves(self.manager.item_metadata(step)["state"])
+        except Exception:  # noqa: BLE001 - no metadata to compare: orbax's restore decides
+            return
+        wanted = jax.tree.leaves(abstract_state)
+        saved_shapes = sorted(tuple(m.shape) for m in saved)
+        wanted_shapes = sorted(tuple(x.shape) for x in wanted)
+        if saved_shapes != wanted_shapes:
+            extra = sorted(set(saved_shapes) - set(wanted_shapes))[:3]
+            missing = sorted(set(wanted_shapes) - set(saved_shapes))[:3]
+            raise CheckpointError(
+                f"{self.shown(step)} does not fit this run's state (another architecture or "
+                f"version of this code?): {len(saved)} arrays saved, {len(wanted)} expected; "
+                f"shapes saved only {extra or 'none'}, expected only {missing or 'none'}")
 
     def _as_saved(self, step: int) -> Any:
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
