@@ -189,3 +189,24 @@ ModelConfig = dataclasses.make_dataclass(
      for name, variant in registry.with_settings().items()],
     bases=(ModelFields,), frozen=True, namespace={"__module__": __name__})
 ModelConfig.__doc__ = ModelFields.__doc__
+
+
+def describe_attention(config: ModelConfig) -> str:
+    """The attention and its settings in words, e.g. 'talking_heads (heads 12, key size
+    64, value size 64, h_k 12, h_v 12, projections both, ..., dynamic projections off)':
+    the head counts and sizes as the variant resolves them (h_k: heads that make logits,
+    h_v: heads that carry values), then each of the variant's own settings that changes
+    its parameters or maths (not its execution fields), unset ones left to the counts."""
+    variant = registry.variant(config.attention)
+    parts = [f"heads {config.num_heads}", f"key size {config.head_key_size}",
+             f"value size {config.head_value_size}", f"h_k {config.num_logit_heads}",
+             f"h_v {config.num_value_heads}"]
+    if variant.settings is not None:
+        settings = getattr(config, config.attention)
+        for field in dataclasses.fields(settings):
+            value = getattr(settings, field.name)
+            if field.name in variant.execution_fields or value is None:
+                continue
+            shown = "off" if value in ("", ()) else value
+            parts.append(f"{field.name.replace('_', ' ')} {shown}")
+    return f"{config.attention} ({', '.join(parts)})"

@@ -24,6 +24,7 @@ import ml_collections
 import input_pipeline
 from common.files import copy_file_atomic, write_json_atomic
 from models import BertForMaskedLM, ModelConfig
+from models.config import describe_attention
 from models.flops import flop_count
 from models.hf_export import EXPORTABLE_ATTENTION
 from training import checkpoints, hardware, metrics, results, sharding, steps, warm_start
@@ -339,8 +340,9 @@ def announce(run: Run, data: Any) -> None:
                         f"(deleted, or set aside as damaged); moved to {stale}: the run is "
                         f"not finished")
     num_params = sum(x.size for x in jax.tree.leaves(run.compiled.abstract_state["params"]))
-    metrics.console(f"model {run.model_cfg.attention}: {num_params / 1e6:.2f}M parameters, "
-                    f"vocabulary {data.vocab_size}, {len(data.train)} train sequences")
+    metrics.console(f"model {describe_attention(run.model_cfg)}: {num_params / 1e6:.2f}M "
+                    f"parameters, vocabulary {data.vocab_size}, {len(data.train)} train "
+                    f"sequences")
 
 
 # -- the run's files -------------------------------------------------------------------------
