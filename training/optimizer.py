@@ -142,7 +142,9 @@ def make_optimizer(cfg: Any, total_steps: int) -> tuple[optax.GradientTransforma
         value = cfg.get(name) if hasattr(cfg, "get") else getattr(cfg, name, None)
         # The optimizer runs in float32: 1e39 is inf there, and inf or NaN makes every
         # update non-finite.
-        if value is not None and not np.isfinite(np.float32(value)):
+        with np.errstate(over="ignore"):  # the overflow is what is checked for
+            representable = value is None or np.isfinite(np.float32(value))
+        if not representable:
             raise OptimizerError(f"optimizer.{name}={value} is not a finite float32 number")
     if float(cfg.learning_rate) <= 0:
         raise OptimizerError(f"optimizer.learning_rate={cfg.learning_rate} must be > 0")
