@@ -7,14 +7,13 @@ from models.bert import (
     BertForSequenceClassification,
     BertModel,
 )
-from models.config import ConfigError, ModelConfig, TalkingHeadsConfig
+from models.config import ModelConfig, TalkingHeadsConfig
 
 __all__ = [
     "BertForMaskedLM",
     "BertForQuestionAnswering",
     "BertForSequenceClassification",
     "BertModel",
-    "ConfigError",
     "ModelConfig",
     "TalkingHeadsConfig",
     "layout",

@@ -12,7 +12,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from attention import registry
-from common.errors import ConfigError  # noqa: F401  (models.config.ConfigError, as before)
+from common.errors import ConfigError
 
 # The settings dataclass of the talking_heads variant (defined beside it, in
 # attention/talking_heads.py; models/ never imports a variant).

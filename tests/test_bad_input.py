@@ -11,7 +11,8 @@ import sys
 import pytest
 from helpers import REPO, tiny_run_args, tiny_run_config
 
-from training.pretrain import TrainingError, train_and_evaluate
+from training.pretrain import train_and_evaluate
+from training.pretrain_loop import TrainingError
 
 
 def empty_dir(tmp_path):

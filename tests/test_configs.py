@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from common.errors import ConfigError
 from configs import grids
 from configs import model as model_configs
-from models import ConfigError, ModelConfig
+from models import ModelConfig
 from models.flops import parameter_counts
 
 
@@ -168,7 +169,6 @@ def test_the_default_key_and_value_sizes_follow_the_heads_that_use_them():
     naming the field to set."""
     from helpers import tiny_model_config
 
-    from models import ConfigError
 
     cfg = tiny_model_config(hidden_size=48, num_heads=4, attention="talking_heads",
                             talking_heads={"num_logit_heads": 6, "num_value_heads": 2})

@@ -13,7 +13,8 @@ from helpers import final_params, mlm_batch, tiny_model_config, tiny_run_config
 
 from configs import glue as glue_configs
 from training import finetune, steps
-from training.pretrain import TrainingError, train_and_evaluate, validate
+from training.pretrain import train_and_evaluate, validate
+from training.pretrain_loop import TrainingError
 from training.resume import check_same_dropout_prng
 
 

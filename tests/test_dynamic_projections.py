@@ -14,7 +14,7 @@ import scipy.linalg
 from helpers import init_params, tiny_model_config
 
 import attention
-from models import ConfigError
+from common.errors import ConfigError
 
 ALL = "x2l+m2l+x2w+m2w"
 # (query/key heads, softmax heads, value heads) = (6, 4, 2): P_l is 6 x 4, P_w 4 x 2.
@@ -226,7 +226,8 @@ def test_the_config_args_reach_the_settings():
 @pytest.mark.parametrize("changed", [{"dynamic_projections": "x2l"},
                                      {"dynamic_init_scale": 0.5}])
 def test_resume_refuses_a_change_of_the_dynamic_settings(changed):
-    from training.pretrain import TrainingError, check_same_architecture
+    from training.pretrain_loop import TrainingError
+    from training.resume import check_same_architecture
 
     saved = {"model": config().to_dict()}
     name = next(iter(changed))

@@ -13,7 +13,7 @@ import pytest
 from helpers import init_params, tiny_model_config
 
 import attention
-from models import ConfigError
+from common.errors import ConfigError
 
 WIDTH, HEADS = 32, 3  # 3 heads need not divide the width: every head is D wide
 
@@ -134,7 +134,7 @@ def test_key_or_value_size_other_than_d_is_one_error():
 def test_the_config_args_and_the_resume_rules():
     from configs import model as model_configs
     from models import ModelConfig
-    from training.pretrain import check_same_architecture
+    from training.resume import check_same_architecture
 
     cfg = ModelConfig.from_config(model_configs.get_config(
         "size=micro,attention=general_bilinear,heads=3,gb_dropout_noise=shared_queries").model)

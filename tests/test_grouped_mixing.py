@@ -21,7 +21,7 @@ from helpers import (
 
 import attention
 from attention.talking_heads import mix_heads
-from models import ConfigError
+from common.errors import ConfigError
 
 
 def grouped_config(groups: int, **th):
@@ -115,7 +115,8 @@ def test_groups_must_divide_every_head_kind():
 
 
 def test_resume_refuses_a_change_of_groups():
-    from training.pretrain import TrainingError, check_same_architecture
+    from training.pretrain_loop import TrainingError
+    from training.resume import check_same_architecture
 
     saved = {"model": grouped_config(1).to_dict()}
     with pytest.raises(TrainingError, match="talking_heads.groups"):

@@ -93,7 +93,7 @@ def assert_round_trip(directory, params, config):
     """import(export(params)) is params, leaf for leaf and bit for bit, with the same
     architecture."""
     from models.config import EXECUTION_FIELDS
-    from training.pretrain import flatten
+    from training.resume import flatten
 
     def architecture(c):
         return {k: v for k, v in flatten(c.to_dict()).items()

@@ -18,7 +18,8 @@ from helpers import REPO, final_params, tiny_run_args, tiny_run_config
 
 from training.checkpoints import Checkpointer
 from training.cli import EXIT_STOPPED
-from training.pretrain import TrainingError, train_and_evaluate
+from training.pretrain import train_and_evaluate
+from training.pretrain_loop import TrainingError
 
 pytestmark = pytest.mark.slow  # train.py processes and pretraining runs
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from helpers import tiny_model_config
 
-from training.pretrain import TrainingError, check_same_architecture
+from training.pretrain_loop import TrainingError
+from training.resume import check_same_architecture
 
 
 def test_a_checkpoint_saved_before_a_setting_existed_resumes_with_its_default():

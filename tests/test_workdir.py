@@ -12,7 +12,8 @@ import pytest
 from helpers import RUN_SENTENCES, tiny_run_config, write_run_corpus
 
 from training.checkpoints import Checkpointer
-from training.pretrain import TrainingError, train_and_evaluate
+from training.pretrain import train_and_evaluate
+from training.pretrain_loop import TrainingError
 from training.workdir import WorkdirBusy, WorkdirLock
 
 pytestmark = pytest.mark.slow  # every test pretrains

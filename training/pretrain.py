@@ -32,7 +32,7 @@ from training import workdir as workdir_lib
 from training.cli import Stopped
 from training.optimizer import make_optimizer
 from training.preemption import PreemptionFlag
-from training.pretrain_loop import (  # noqa: F401  (TrainingError, train_scalars: as before)
+from training.pretrain_loop import (
     Evaluator,
     LoopState,
     StepLoop,
@@ -42,16 +42,14 @@ from training.pretrain_loop import (  # noqa: F401  (TrainingError, train_scalar
     evaluate_and_report,
     final_record,
     run_steps,
-    train_scalars,
 )
-from training.resume import (  # noqa: F401  (importable from here, as before)
+from training.resume import (
     UNSAVED_IDENTITY_FIELDS,
     check_same_architecture,
     check_same_data,
     check_same_dropout_prng,
     check_schedule,
     data_identity,
-    flatten,
 )
 from training.workdir import WorkdirLock
 
