@@ -73,26 +73,16 @@ SHARED_EXAMPLES = 3  # ids a leakage warning names
 
 def shared_ids(train: Loaded, dev: Loaded) -> list[str]:
     """Question ids of `dev` also in `train`, in dev's order."""
-    return _shared([e.qid for e in train.examples], [e.qid for e in dev.examples])
+    train_ids = {e.qid for e in train.examples}
+    return [e.qid for e in dev.examples if e.qid in train_ids]
 
 
 def warn_shared_ids(train: Loaded, dev: Loaded) -> int:
     """One warning line when train and dev share question ids (leakage); their number."""
-    return _warn_shared(train.source, [e.qid for e in train.examples],
-                        dev.source, [e.qid for e in dev.examples])
-
-
-def _shared(train_ids: Iterable[str], dev_ids: Iterable[str]) -> list[str]:
-    train_set = set(train_ids)
-    return [q for q in dev_ids if q in train_set]
-
-
-def _warn_shared(train_source: str, train_ids: Iterable[str], dev_source: str,
-                 dev_ids: Iterable[str]) -> int:
-    shared = _shared(train_ids, dev_ids)
+    shared = shared_ids(train, dev)
     if shared:
-        sources = train_source if train_source == dev_source else \
-            f"{train_source or TRAIN} and {dev_source or DEV}"
+        sources = (train.source if train.source == dev.source
+                   else f"{train.source or TRAIN} and {dev.source or DEV}")
         examples = ", ".join(repr(q) for q in shared[:SHARED_EXAMPLES])
         more = ", ..." if len(shared) > SHARED_EXAMPLES else ""
         console(f"warning: {sources}: {len(shared)} question ids are in both the train and "
@@ -207,10 +197,6 @@ def load_split(split: str, squad_dir: str | None, *, cache_dir: str | None = Non
     """One split from --config.squad_dir, or from the hub when it is empty."""
     if split not in SPLIT_FILES:
         raise ValueError(f"split={split!r}: SQuAD v1.1 has {TRAIN} and {DEV}")
-    return _read(split, squad_dir, cache_dir)
-
-
-def _read(split: str, squad_dir: str | None, cache_dir: str | None) -> Loaded:
     if squad_dir:
         return read_split(squad_dir, split)
     import datasets  # the hub stack only when it is used

@@ -28,7 +28,8 @@ from common.errors import CheckpointError
 from training.checkpoints import CHECKSUMS, Checkpointer, read_manifest
 
 # How long a file missing from a listed step may take to be explained by the step's
-# removal (the run deletes a step file by file) before the step counts as damaged.
+# removal (the run deletes a step file by file, then its folder) before the step counts
+# as damaged.
 REMOVAL_GRACE_S = 2.0
 # How long a finished step may go without its checksums (the run hashes it: about a
 # second per GB) before it counts as saved by an older version that wrote none.
@@ -58,13 +59,14 @@ def restore_run(workdir: str, step: int | str | None = None, name: str | None = 
     directory = os.path.join(workdir, subdir)
     if not os.path.isdir(directory):
         raise CheckpointError(f"{name}: no {subdir}/ (not a pretraining run?)")
-    if not complete_steps(directory):
+    steps = complete_steps(directory)
+    if not steps:
         raise CheckpointError(f"{name}: {subdir}/ holds no checkpoint")
     if step == "best":
         step = _best_step(directory)
-    elif step is not None and int(step) not in complete_steps(directory):
+    elif step is not None and int(step) not in steps:
         raise CheckpointError(f"{name}: no checkpoint at step {step} (it has "
-                              f"{', '.join(map(str, complete_steps(directory)))})")
+                              f"{', '.join(map(str, steps))})")
     return _restore_newest(directory, None if step is None else int(step), name)
 
 
@@ -246,7 +248,7 @@ class _Snapshot:
 def _link_or_copy(source: str, target: str) -> None:
     try:
         os.link(source, target)
-    except FileNotFoundError:
+    except FileNotFoundError:  # the caller tells removal from damage
         raise
     except OSError:  # another file system, or links not allowed: a copy is as private
         shutil.copyfile(source, target)
@@ -254,19 +256,13 @@ def _link_or_copy(source: str, target: str) -> None:
 
 def _being_removed(step_directory: str) -> bool:
     """True once the step's directory is gone, waiting up to REMOVAL_GRACE_S for a
-    removal in progress (its files disappearing) to finish."""
+    removal in progress to finish."""
     deadline = time.monotonic() + REMOVAL_GRACE_S
-    last = None
-    while True:
-        if not os.path.isdir(step_directory):
-            return True
-        count = sum(len(files) for _, _, files in os.walk(step_directory))
-        if count == last and time.monotonic() > deadline:
+    while os.path.isdir(step_directory):
+        if time.monotonic() > deadline:
             return False
-        if count != last:
-            deadline = max(deadline, time.monotonic() + 0.2)
-        last = count
         time.sleep(0.05)
+    return True
 
 
 def _remove_abandoned(parent: str) -> None:
@@ -289,6 +285,6 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # another user's process: alive
+        pass
     return True

@@ -80,7 +80,7 @@ class Checkpointer:
         self.directory = os.path.abspath(directory)
         self.named = named or self.directory
         self.read_only = read_only
-        self.damaged: list[str] = []  # what restore found damaged, for its caller
+        self.damaged: list[str] = []  # what the last restore found damaged, for its caller
         if read_only:
             logging.get_absl_logger().addFilter(_READ_ONLY_FILTER)
         keep = [policies.LatestN(n=max(keep_last, 1))]
@@ -217,6 +217,7 @@ class Checkpointer:
         """
         if step is None and not self.all_steps():
             raise CheckpointError(f"{self.named}: no checkpoint to restore")
+        self.damaged = []  # this call's, not an earlier one's
         tried: set[int] = set()
         while (candidate := self._next_candidate(step, tried)) is not None:
             tried.add(candidate)
