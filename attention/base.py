@@ -137,6 +137,12 @@ class Attention(nn.Module):
                               f"{config.hidden_size}; set model.{unset} explicitly")
 
     @classmethod
+    def has_fused_path(cls, config: ModelConfig) -> bool:
+        """True when the variant computes attention_impl='fused' (one
+        jax.nn.dot_product_attention call); models/config.py refuses 'fused' otherwise."""
+        return False
+
+    @classmethod
     def check_config(cls, config: ModelConfig) -> None:
         """Raises models.config.ConfigError, naming the field, for settings that cannot
         work with this variant (called when a ModelConfig is built, for the variant in

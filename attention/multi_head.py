@@ -35,6 +35,12 @@ class MultiHeadAttention(Attention):
                                   self.dropout_rng(deterministic))
         return apply_weights(weights, value)  # (B, T, N, V)
 
+    @classmethod
+    def has_fused_path(cls, config):
+        # fused_attention below, for any key and value size. A subclass with an attend
+        # of its own computes something else: it has a fused path only if it says so.
+        return cls.attend is MultiHeadAttention.attend
+
 
 def fused_attention(query, key, value, mask):
     """jax.nn.dot_product_attention, which needs one width for keys and values.

@@ -171,7 +171,8 @@ class ModelFields:
                 f"(jax.nn.dot_product_attention); set model.attention_dropout_rate=0 "
                 f"(it is {self.attention_dropout_rate})"
             )
-        if self.attention_impl == "fused" and self.attention != "multi_head":
+        if (self.attention_impl == "fused"
+                and not registry.get(self.attention).has_fused_path(self)):
             raise ConfigError(
                 f"model.attention_impl='fused' exists for multi_head only, not "
                 f"{self.attention!r}: heads are mixed between logits and softmax"

@@ -76,6 +76,9 @@ BAD_CONFIGS = [
     ("size=base,layers=0", "model.num_layers=0 must be a positive integer"),
     ("size=base,norm=middle", "model.norm_placement='middle' is unknown"),
     ("size=base,impl=fused", "set model.attention_dropout_rate=0"),
+    ("size=base,attention=talking_heads,impl=fused,attention_dropout=0",
+     "model.attention_impl='fused' exists for multi_head only, not 'talking_heads': heads "
+     "are mixed between logits and softmax"),
     ("size=base,dropout=1.5", "model.dropout_rate=1.5 must be in [0, 1)"),
     ("size=base,attention=talking_heads,th_init=identity,th_logit_heads=6",
      "init='identity' needs num_logit_heads == num_heads"),
