@@ -12,7 +12,7 @@ bilinear attention has H heads with K = V = D. The vocabulary size is written ou
 `vocab`, never a letter (V is the value size).
 """
 
-from attention import general_bilinear, multi_head, talking_heads  # noqa: F401  (registers)
+# No variant is imported here: the registry finds them (attention/registry.py).
 from attention.base import Attention
 from attention.registry import get, names, register
 

@@ -4,7 +4,8 @@ Each builder lives here once and is imported by name (`from helpers import ...`)
 files never import each other. The environment (8 fake CPU devices, fp32 matmuls) and
 the pytest fixtures are in conftest.py.
 
-- Models:      tiny_model_config, ATTENTION_VARIANTS, random_batch, init_params
+- Models:      tiny_model_config, ATTENTION_VARIANTS (every registered variant),
+               shipped_variants, random_batch, init_params
 - Corpora:     ENGLISH_SENTENCES, write_one_file_corpus, write_multi_file_corpus
 - Pretraining: RUN_SENTENCES, write_run_corpus, tiny_run_args, tiny_run_config,
                final_params; run_script (python scripts/NAME)
@@ -29,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import attention
 from configs import pretrain
 from configs.overrides import apply_overrides
 from models import ModelConfig, TalkingHeadsConfig
@@ -76,6 +78,16 @@ ATTENTION_VARIANTS = {
         "dynamic_projections": "x2l+m2l+x2w+m2w", "dynamic_init_scale": 1.0}},
     "general_bilinear": {"attention": "general_bilinear", "num_heads": 3},
 }
+# A registered variant without an entry above (one added since, or a plug-in from
+# ATTENTION_PLUGINS) still runs every test over ATTENTION_VARIANTS, with its defaults.
+ATTENTION_VARIANTS.update({
+    name: {"attention": name} for name in attention.names()
+    if name not in {over.get("attention", "multi_head") for over in ATTENTION_VARIANTS.values()}})
+
+
+def shipped_variants() -> tuple[str, ...]:
+    """The registered variants defined in attention/ (plug-ins left out), sorted."""
+    return tuple(name for name in attention.names() if attention.registry.variant(name).shipped)
 
 
 def random_batch(key, batch=3, length=12, vocab=97, pad_from=None):
