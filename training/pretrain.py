@@ -106,6 +106,7 @@ class Compiled:
     init_fn: Any  # rng -> state, created directly sharded
     train_step: Any  # (state, batch) -> (state, metrics); state donated
     eval_step: Any  # (params, batch) -> sums
+    objective: Any  # both steps' (training/steps.py): their sums and what those become
 
 
 def compile_for_mesh(model, optimizer, schedule, config, mesh, rules,
@@ -121,13 +122,16 @@ def compile_for_mesh(model, optimizer, schedule, config, mesh, rules,
                 "opt_state": optimizer.init(params)}
 
     state = sharding.ShardedState(init_state, mesh, rules, jax.random.key(config.seed))
+    objective = steps.MLMObjective()
     train_step = state.jit_step(steps.make_train_step(
         model, optimizer, schedule, config.seed, config.grad_accum_steps,
         config.nonfinite == "skip", prepare_params=state.gather, masker=masker,
+        objective=objective,
         dropout_prng=config.get("dropout_prng", steps.DEFAULT_DROPOUT_PRNG)))
     with mesh, nn.logical_axis_rules(rules):
-        eval_step = jax.jit(steps.make_eval_step(model, state.gather, masker))
-    return Compiled(state.abstract, state.shardings, state.init, train_step, eval_step)
+        eval_step = jax.jit(steps.make_eval_step(model, state.gather, masker, objective))
+    return Compiled(state.abstract, state.shardings, state.init, train_step, eval_step,
+                    objective)
 
 
 def build_data(data_config: ml_collections.ConfigDict, workdir: str,
@@ -371,7 +375,8 @@ def make_input(run: Run, data: Any) -> tuple[Any, Evaluator]:
         metrics.console("warning: no held-out eval (the eval split is empty or "
                         "eval_batches=0): no eval metrics are reported and checkpoints are "
                         "kept by step only")
-    return batcher, Evaluator(run.compiled.eval_step, eval_batches, run.mesh, run.rules)
+    return batcher, Evaluator(run.compiled.eval_step, eval_batches, run.mesh, run.rules,
+                              run.compiled.objective)
 
 
 def throughput(run: Run) -> Throughput:
@@ -400,9 +405,10 @@ def train(run: Run, data: Any, train_state: Any, start: int, end: int, began: fl
     progress = metrics.Progress(config.num_train_steps, start)
     try:
         with PreemptionFlag() as preemption:
-            loop = StepLoop(config, run.mesh, run.rules, run.compiled.train_step, batcher,
-                            evaluator, writer, progress, throughput(run), checkpointer,
-                            run.checkpoint_config, preemption)
+            loop = StepLoop(config, run.mesh, run.rules, run.compiled.train_step,
+                            run.compiled.objective, batcher, evaluator, writer, progress,
+                            throughput(run), checkpointer, run.checkpoint_config,
+                            preemption)
             run_steps(loop, state, start, end)
         final = final_record(loop, state, end)
         finished = end == config.num_train_steps

@@ -16,7 +16,6 @@ from typing import Any
 import flax.linen as nn
 import jax
 import ml_collections
-import numpy as np
 
 from training import checkpoints, metrics, results, sharding, steps
 
@@ -53,29 +52,27 @@ class LoopState:
 
 @dataclasses.dataclass(frozen=True)
 class Evaluator:
-    """Held-out MLM metrics over fixed eval batches (`batches` None: no eval split)."""
+    """Held-out metrics over fixed eval batches (`batches` None: no eval split): the
+    objective's sums, totalled over the batches, and its eval scalars from them."""
 
     eval_step: Any
     batches: Any
     mesh: Any
     rules: Any
+    objective: Any  # training/steps.py: MLMObjective
 
     def __call__(self, params: Any) -> dict[str, float]:
         """Empty when there is nothing to score (never a 0 loss)."""
         if self.batches is None:
             return {}
-        totals = {"loss_sum": 0.0, "correct": 0.0, "weight": 0.0}
+        totals = dict.fromkeys(self.objective.sum_names, 0.0)
         with self.mesh, nn.logical_axis_rules(self.rules):
             for i in range(len(self.batches)):
                 batch = sharding.host_batch_to_global(self.batches.batch(i), self.mesh,
                                                       self.rules)
                 sums = jax.device_get(self.eval_step(params, batch))
                 totals = {k: totals[k] + float(sums[k]) for k in totals}
-        if totals["weight"] == 0:
-            return {}
-        loss = totals["loss_sum"] / totals["weight"]
-        return {"eval_loss": loss, "eval_accuracy": totals["correct"] / totals["weight"],
-                "eval_perplexity": float(np.exp(min(loss, 50.0)))}
+        return self.objective.eval_scalars(totals)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +92,7 @@ class StepLoop:
     mesh: Any
     rules: Any
     train_step: Any
+    objective: Any  # the train step's (training/steps.py): what its sums become
     batcher: Any
     evaluate: Evaluator
     writer: metrics.MetricWriter
@@ -116,16 +114,9 @@ def read_health(loop: StepLoop, state: LoopState) -> dict[str, int]:
     return health
 
 
-def train_scalars(m: dict[str, Any]) -> dict[str, float]:
-    """Per-step scalars from the step's sums (loss and accuracy over its real targets)."""
-    weight = max(float(m["weight"]), 1.0)
-    return {
-        "loss": float(m["loss_sum"]) / weight,
-        "mlm_accuracy": float(m["correct"]) / weight,
-        "learning_rate": float(m["learning_rate"]),
-        "grad_norm": float(m["grad_norm"]),
-        "param_norm": float(m["param_norm"]),
-    }
+def update_scalars(m: dict[str, Any]) -> dict[str, float]:
+    """The update's scalars, whatever the objective (training/steps.py apply_update)."""
+    return {name: float(m[name]) for name in ("learning_rate", "grad_norm", "param_norm")}
 
 
 def write_pending_log(loop: StepLoop, state: LoopState) -> None:
@@ -140,7 +131,8 @@ def write_pending_log(loop: StepLoop, state: LoopState) -> None:
     now = time.time()
     window = state.window
     step_time = (now - window.start - window.paused) / window_steps
-    state.last_train = train_scalars(m)
+    objective_scalars = loop.objective.train_scalars(m)  # MLM: loss and accuracy
+    state.last_train = {**objective_scalars, **update_scalars(m)}
     speed = loop.throughput
     values = {
         **state.last_train,
@@ -153,7 +145,7 @@ def write_pending_log(loop: StepLoop, state: LoopState) -> None:
     state.skipped_logged = health["skipped"]
     loop.writer.scalars(done, values)
     loop.progress.log(done, {k: values[k] for k in (
-        "loss", "mlm_accuracy", "learning_rate", "tokens_per_s", "mfu")})
+        *objective_scalars, "learning_rate", "tokens_per_s", "mfu")})
     state.window.start, state.window.paused = now, 0.0  # its step count runs on
 
 

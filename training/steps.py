@@ -5,6 +5,8 @@ One train step serves both: an *objective* turns (model, params, batch) into sum
 (loss_sum, weight, and e.g. correct), and `weights(batch)` gives the per-example
 weights whose global sum normalises the loss. Metrics leave the step as sums plus
 that denominator, so they average correctly over micro-batches, devices and hosts.
+A pretraining objective also says what its sums become (`train_scalars`,
+`eval_scalars`): the loop (training/pretrain_loop.py) logs those and names none itself.
 
 Einsum and shape letters: the one legend in attention/__init__.py. Here the
 classifier's classes are written out as `classes`.
@@ -16,6 +18,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from training.optimizer import with_learning_rate
@@ -48,7 +51,12 @@ def model_outputs(model, params, batch: Batch, deterministic: bool, rng=None):
 
 
 class MLMObjective:
-    """BertForMaskedLM: cross-entropy over the P masked positions (B, P, vocab)."""
+    """BertForMaskedLM: cross-entropy over the P masked positions (B, P, vocab).
+
+    Its metrics live here once: the sums a step returns (`sum_names`, mlm_sums) and the
+    scalars derived from them, a train step's and the held-out eval's. The loop needs
+    "loss" among the first and "eval_loss" among the second (the final record, and the
+    checkpoint kept as best)."""
 
     sum_names = ("loss_sum", "correct", "weight")
 
@@ -60,6 +68,23 @@ class MLMObjective:
     def sums(model, params, batch: Batch, deterministic: bool, rng=None):
         out = model_outputs(model, params, batch, deterministic, rng)
         return mlm_sums(out["mlm_logits"], batch["masked_ids"], batch["masked_weights"])
+
+    @staticmethod
+    def train_scalars(sums: dict[str, Any]) -> dict[str, float]:
+        """A train step's loss and accuracy over its real targets (none: divided by 1)."""
+        weight = max(float(sums["weight"]), 1.0)
+        return {"loss": float(sums["loss_sum"]) / weight,
+                "mlm_accuracy": float(sums["correct"]) / weight}
+
+    @staticmethod
+    def eval_scalars(totals: dict[str, float]) -> dict[str, float]:
+        """Held-out loss, accuracy and perplexity from the sums over every eval batch;
+        empty when they hold no target (never a 0 loss)."""
+        if totals["weight"] == 0:
+            return {}
+        loss = totals["loss_sum"] / totals["weight"]
+        return {"eval_loss": loss, "eval_accuracy": totals["correct"] / totals["weight"],
+                "eval_perplexity": float(np.exp(min(loss, 50.0)))}
 
 
 class ClassifierObjective:
@@ -293,12 +318,15 @@ def track_health(health: dict[str, jax.Array], finite: jax.Array, step) -> dict[
             "skipped": health["skipped"] + bad.astype(jnp.int32)}
 
 
-def make_eval_step(model, prepare_params=lambda params: params, masker=None):
-    """MLM eval: eval_step(params, batch) -> sums over the batch's real targets."""
+def make_eval_step(model, prepare_params=lambda params: params, masker=None,
+                   objective=None):
+    """eval_step(params, batch) -> the objective's sums (default MLMObjective: over the
+    batch's real targets), without dropout."""
+    objective = objective or MLMObjective()
 
     def eval_step(params, batch: Batch) -> dict[str, jax.Array]:
         if masker is not None:
             batch = masker(batch)
-        return MLMObjective.sums(model, prepare_params(params), batch, deterministic=True)
+        return objective.sums(model, prepare_params(params), batch, deterministic=True)
 
     return eval_step
