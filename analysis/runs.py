@@ -176,7 +176,7 @@ def as_fine_tuned(model: Any, row: Any, manifest: SweepManifest | None) -> Any:
     """The model a row fine-tunes: its checkpoint's, or with talking heads inserted
     (insert_th), which costs more parameters and FLOPs than the checkpoint."""
     from configs import glue as glue_configs
-    from training.finetune import talking_heads_inserted_config
+    from finetuning.pretrained import talking_heads_inserted_config
 
     glue = glue_configs.get_config(
         sweep_grids.glue_arg(row, manifest.glue_args if manifest else ""))

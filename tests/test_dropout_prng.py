@@ -12,7 +12,9 @@ import pytest
 from helpers import final_params, mlm_batch, tiny_model_config, tiny_run_config
 
 from configs import glue as glue_configs
-from training import finetune, steps
+from finetuning import pretrained as starts
+from finetuning import suite
+from training import steps
 from training.pretrain import train_and_evaluate, validate
 from training.pretrain_loop import TrainingError
 from training.resume import check_same_dropout_prng
@@ -85,7 +87,7 @@ def test_the_resume_check_names_the_field_and_reads_a_missing_one_as_threefry():
 def test_a_fine_tuning_workdir_refuses_another_prng_and_keeps_its_old_identity(tmp_path):
     """threefry (and threefry_gpu_kernel) add nothing to glue_identity.json: a workdir made
     before the field goes on as it was; another PRNG is another setup."""
-    pretrained = finetune.Pretrained(tiny_model_config(), None, None, "somewhere@10")
+    pretrained = starts.Pretrained(tiny_model_config(), None, None, "somewhere@10")
     workdir = str(tmp_path)
 
     def config(name):
@@ -93,17 +95,17 @@ def test_a_fine_tuning_workdir_refuses_another_prng_and_keeps_its_old_identity(t
         config.dropout_prng = name
         return config
 
-    finetune.check_workdir_identity(workdir, pretrained, config("threefry"))
+    suite.check_workdir_identity(workdir, pretrained, config("threefry"))
     assert "dropout_prng" not in (tmp_path / "glue_identity.json").read_text()
-    finetune.check_workdir_identity(workdir, pretrained, config("threefry_gpu_kernel"))
+    suite.check_workdir_identity(workdir, pretrained, config("threefry_gpu_kernel"))
     with pytest.raises(ValueError, match=r"different setup \(dropout_prng changed\)"):
-        finetune.check_workdir_identity(workdir, pretrained, config("rbg"))
+        suite.check_workdir_identity(workdir, pretrained, config("rbg"))
     other = str(tmp_path / "rbg")
-    finetune.check_workdir_identity(other, pretrained, config("rbg"))
+    suite.check_workdir_identity(other, pretrained, config("rbg"))
     with pytest.raises(ValueError, match=r"different setup \(dropout_prng changed\)"):
-        finetune.check_workdir_identity(other, pretrained, config("threefry"))
+        suite.check_workdir_identity(other, pretrained, config("threefry"))
     with pytest.raises(ValueError, match="dropout_prng='rbg2' is unknown"):
-        finetune.check_workdir_identity(str(tmp_path / "x"), pretrained, config("rbg2"))
+        suite.check_workdir_identity(str(tmp_path / "x"), pretrained, config("rbg2"))
 
 
 @pytest.mark.slow

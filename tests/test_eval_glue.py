@@ -1,4 +1,4 @@
-"""GLUE fine-tuning end to end (eval_glue.py, training/finetune.py) from a tiny pretrained
+"""GLUE fine-tuning end to end (eval_glue.py, finetuning/, tasks/glue_tasks.py) from a tiny pretrained
 run: accuracy, results and submission files, skipping finished runs, resume after
 preemption, refused setups, 8 devices against one."""
 
@@ -14,7 +14,10 @@ from helpers import SST2_FILLER, SST2_POSITIVE, tiny_run_config, write_run_corpu
 
 from configs import glue as glue_configs
 from models.hf_import import CheckpointError
-from training import finetune
+import finetuning
+from finetuning import batching, suite
+from finetuning import runs as one_run
+from finetuning import pretrained as starts
 from training.cli import Stopped
 from training.pretrain import train_and_evaluate
 
@@ -44,7 +47,7 @@ def test_learnable_task_reaches_high_accuracy_and_writes_results(pretrained_work
     write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(0))
     workdir = str(tmp_path / "glue_run")
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir))
-    results = finetune.run(config, workdir)
+    results = finetuning.run(config, workdir)
     summary = results["tasks"]["SST-2"]
     assert summary["main"]["SST-2"] > 90.0
     train, dev = ([int(line.split("\t")[1]) for line in
@@ -79,7 +82,7 @@ def test_learnable_task_reaches_high_accuracy_and_writes_results(pretrained_work
     # A rerun skips the finished (lr, seed) runs: their results are read back unchanged.
     run_dir = tmp_path / "glue_run" / "SST-2" / "lr0.002_seed0"
     before = (run_dir / "result.json").read_text()
-    again = finetune.run(config, workdir)
+    again = finetuning.run(config, workdir)
     assert (run_dir / "result.json").read_text() == before
     assert again["tasks"]["SST-2"]["main"] == summary["main"]
     assert json.loads(before)["steps"] == 75  # 400 / 16 per epoch, 3 epochs
@@ -114,7 +117,7 @@ def assert_export_scores_the_run_in_transformers(workdir, run_dir, dev_tsv, out)
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     config = glue_config(init_from=str(tmp_path / "nothing"), glue_dir=str(tmp_path))
     with pytest.raises(CheckpointError, match="no checkpoints/"):
-        finetune.run(config, str(tmp_path / "out"))
+        finetuning.run(config, str(tmp_path / "out"))
 
 
 @pytest.mark.slow
@@ -126,7 +129,7 @@ def test_workdir_of_a_different_checkpoint_is_refused(pretrained_workdir, tmp_pa
     (workdir / "glue_identity.json").write_text(json.dumps({"init": "elsewhere@5"}))
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir))
     with pytest.raises(ValueError, match="different setup"):
-        finetune.run(config, str(workdir))
+        finetuning.run(config, str(workdir))
 
 
 @pytest.mark.slow
@@ -142,10 +145,10 @@ def test_preempted_fine_tuning_resumes_to_the_same_result(pretrained_workdir, tm
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
                          max_train_examples=96, log_every_steps=1, dropout_rate=0.1,
                          max_seq_length=32, group_by_length=grouped)
-    pretrained = finetune.load_pretrained(config)
-    task = glue.get_task("sst2")
-    data = finetune.load_task_data(task, config, pretrained.tokenizer)
-    straight = finetune.finetune_run(task, pretrained, data, 2e-3, 0, config,
+    pretrained = starts.load_pretrained(config)
+    task = finetuning.get("sst2")
+    data = task.load(config, pretrained.tokenizer)
+    straight = one_run.finetune_run(task, pretrained, data, 2e-3, 0, config,
                                      str(tmp_path / "straight"))
 
     calls = {"n": 0}
@@ -158,10 +161,10 @@ def test_preempted_fine_tuning_resumes_to_the_same_result(pretrained_workdir, tm
     monkeypatch.setattr(preemption.PreemptionFlag, "requested", stop_at_step_7)
     run_dir = tmp_path / "resumed"
     with pytest.raises(Stopped, match="at step 7"):
-        finetune.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
+        one_run.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
     assert not (run_dir / "result.json").exists()
     monkeypatch.undo()
-    resumed = finetune.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
+    resumed = one_run.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
     assert resumed["steps"] == straight["steps"] == 18  # 96 / 16 per epoch, 3 epochs
     assert resumed["dev"] == straight["dev"]
     assert resumed["final_train_loss"] == pytest.approx(straight["final_train_loss"], abs=1e-6)
@@ -183,16 +186,16 @@ def test_a_signal_while_evaluating_stops_resumably_and_the_rerun_only_evaluates(
     write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(2))
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
                          max_train_examples=96, log_every_steps=1, dropout_rate=0.1)
-    pretrained = finetune.load_pretrained(config)
-    task = glue.get_task("sst2")
-    data = finetune.load_task_data(task, config, pretrained.tokenizer)
-    straight = finetune.finetune_run(task, pretrained, data, 2e-3, 0, config,
+    pretrained = starts.load_pretrained(config)
+    task = finetuning.get("sst2")
+    data = task.load(config, pretrained.tokenizer)
+    straight = one_run.finetune_run(task, pretrained, data, 2e-3, 0, config,
                                      str(tmp_path / "straight"))
 
     def default_handler(signum, frame):  # what SIGTERM would do with no handler in force
         raise AssertionError("SIGTERM reached the default handler while evaluating")
 
-    real_predict = finetune.predict_split
+    real_predict = one_run.predict_split
 
     def predict_and_signal(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
@@ -201,14 +204,14 @@ def test_a_signal_while_evaluating_stops_resumably_and_the_rerun_only_evaluates(
     run_dir = tmp_path / "stopped"
     previous = signal.signal(signal.SIGTERM, default_handler)
     try:
-        monkeypatch.setattr(finetune, "predict_split", predict_and_signal)
+        monkeypatch.setattr(one_run, "predict_split", predict_and_signal)
         with pytest.raises(Stopped, match=r"SIGTERM: saved SST-2 .* at step 18 \(predicting"):
-            finetune.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
+            one_run.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
     finally:
         signal.signal(signal.SIGTERM, previous)
     monkeypatch.undo()
     assert not (run_dir / "result.json").exists()
-    resumed = finetune.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
+    resumed = one_run.finetune_run(task, pretrained, data, 2e-3, 0, config, str(run_dir))
     assert resumed == straight  # the same dev scores, steps and last train loss
 
     events = EventAccumulator(str(run_dir))
@@ -217,17 +220,17 @@ def test_a_signal_while_evaluating_stops_resumably_and_the_rerun_only_evaluates(
 
 
 def test_length_buckets_cut_only_padding():
-    assert finetune.length_buckets("auto", 128) == (16, 24, 32, 48, 64, 96, 128)
-    assert finetune.length_buckets("none", 128) == (128,)
-    assert finetune.length_buckets("32/64", 128) == (32, 64, 128)
+    assert batching.length_buckets("auto", 128) == (16, 24, 32, 48, 64, 96, 128)
+    assert batching.length_buckets("none", 128) == (128,)
+    assert batching.length_buckets("32/64", 128) == (32, 64, 128)
     with pytest.raises(ValueError, match="length_buckets='32/256': 256 is not in 1..max"):
-        finetune.length_buckets("32/256", 128)
+        batching.length_buckets("32/256", 128)
     mask = np.zeros((5, 128), np.int32)
     for row, length in enumerate((3, 20, 9, 40, 2)):
         mask[row, :length] = 1
     arrays = {"input_ids": mask * 7, "token_type_ids": mask * 0, "attention_mask": mask,
               "labels": np.arange(5)}
-    cut = list(finetune.batches(arrays, np.arange(5), 2, (16, 24, 48, 128)))
+    cut = list(batching.batches(arrays, np.arange(5), 2, (16, 24, 48, 128)))
     assert [b["input_ids"].shape[1] for b in cut] == [24, 48, 16]
     assert [int(b["weights"].sum()) for b in cut] == [2, 2, 1]
     np.testing.assert_array_equal(cut[1]["attention_mask"].sum(1), [9, 40])  # nothing real cut
@@ -235,14 +238,14 @@ def test_length_buckets_cut_only_padding():
 
 def test_grouped_epochs_see_every_example_once_in_length_homogeneous_batches():
     lengths = np.random.default_rng(0).integers(3, 60, 1000)
-    plain = finetune.epoch_order(lengths, seed=3, epoch=1, batch_size=32)
+    plain = batching.epoch_order(lengths, seed=3, epoch=1, batch_size=32)
     np.testing.assert_array_equal(plain, np.random.default_rng([3, 1]).permutation(1000))
-    grouped = finetune.epoch_order(lengths, 3, 1, 32, group_by_length=True)
+    grouped = batching.epoch_order(lengths, 3, 1, 32, group_by_length=True)
     assert sorted(grouped) == list(range(1000))  # each example once
-    np.testing.assert_array_equal(grouped, finetune.epoch_order(lengths, 3, 1, 32, True))
+    np.testing.assert_array_equal(grouped, batching.epoch_order(lengths, 3, 1, 32, True))
     spread = [np.ptp(lengths[b]) for b in grouped[:31 * 32].reshape(31, 32)]
     assert max(spread) <= 4 < np.mean([np.ptp(lengths[b]) for b in plain[:992].reshape(31, 32)])
-    assert not np.array_equal(grouped, finetune.epoch_order(lengths, 3, 2, 32, True))
+    assert not np.array_equal(grouped, batching.epoch_order(lengths, 3, 2, 32, True))
 
 
 @pytest.mark.slow
@@ -253,15 +256,15 @@ def test_length_buckets_change_the_time_not_the_predictions(pretrained_workdir, 
 
     glue_dir = tmp_path / "glue"
     write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(6))
-    task = glue.get_task("sst2")
+    task = finetuning.get("sst2")
     runs = {}
     for buckets in ("none", "auto"):
         config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
                              max_train_examples=96, max_seq_length=64, length_buckets=buckets)
-        pretrained = finetune.load_pretrained(config)
-        data = finetune.load_task_data(task, config, pretrained.tokenizer)
+        pretrained = starts.load_pretrained(config)
+        data = task.load(config, pretrained.tokenizer)
         run_dir = tmp_path / buckets
-        runs[buckets] = finetune.finetune_run(task, pretrained, data, 2e-3, 0, config,
+        runs[buckets] = one_run.finetune_run(task, pretrained, data, 2e-3, 0, config,
                                               str(run_dir))
         runs[buckets]["dev_scores"] = np.load(run_dir / "dev_predictions.npy")
     assert data["train"]["attention_mask"].sum(1).max() <= 16  # every batch cut to 16 of 64
@@ -280,7 +283,7 @@ def test_sequence_longer_than_the_positions_is_refused_up_front(pretrained_workd
                          max_seq_length=4096)
     with pytest.raises(ValueError, match="max_seq_length=4096 exceeds the model's "
                                          "max_position_embeddings=512"):
-        finetune.run(config, str(tmp_path / "out"))
+        finetuning.run(config, str(tmp_path / "out"))
     assert not (tmp_path / "out" / "SST-2").exists()
 
 
@@ -296,7 +299,7 @@ def test_a_damaged_init_checkpoint_is_one_error_naming_it_and_left_in_place(
     metadata.write_text("{not json")
     config = glue_config(init_from=str(copy), glue_dir=str(tmp_path))
     with pytest.raises(CheckpointError, match=f"{metadata}"):
-        finetune.run(config, str(tmp_path / "out"))
+        finetuning.run(config, str(tmp_path / "out"))
     assert metadata.exists()  # a reader never moves another run's files
 
 
@@ -312,7 +315,7 @@ def test_duplicate_test_ids_are_found_before_fine_tuning(pretrained_workdir, tmp
     test_file.write_text("\n".join(lines) + "\n")
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir))
     with pytest.raises(glue.GlueDataError, match=f"{test_file}: id '2' .*twice"):
-        finetune.run(config, str(tmp_path / "out"))
+        finetuning.run(config, str(tmp_path / "out"))
     assert not (tmp_path / "out" / "SST-2").exists()
 
 
@@ -327,7 +330,7 @@ def test_without_test_predictions_the_test_split_is_neither_read_nor_scored(
     test_file.write_text("\n".join([*lines, lines[-1]]) + "\n")  # the last id twice
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
                          max_train_examples=32, num_epochs=1.0, write_test_predictions=False)
-    results = finetune.run(config, str(tmp_path / "out"))
+    results = finetuning.run(config, str(tmp_path / "out"))
     assert "SST-2" in results["tasks"] and not results.get("no_submission")
     run_dir = tmp_path / "out" / "SST-2" / "lr0.002_seed0"
     assert sorted(p.name for p in run_dir.glob("*_predictions.npy")) == ["dev_predictions.npy"]
@@ -342,14 +345,14 @@ def test_a_missing_test_file_is_reported_not_silently_skipped(pretrained_workdir
     os.remove(glue_dir / "SST-2" / "test.tsv")
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
                          max_train_examples=32, num_epochs=1.0)
-    results = finetune.run(config, str(tmp_path / "out"))
+    results = finetuning.run(config, str(tmp_path / "out"))
     missing = str(glue_dir / "SST-2" / "test.tsv")
     assert missing in capsys.readouterr().out
     assert results["no_submission"] == {"SST-2": f"{missing} is missing"}
     # A later invocation on other tasks (here: absent, so skipped) keeps what the
     # earlier one said of SST-2, and says why it skipped the others.
     config.task = "RTE/WNLI"
-    later = finetune.run(config, str(tmp_path / "out"))
+    later = finetuning.run(config, str(tmp_path / "out"))
     assert later["no_submission"] == {"SST-2": f"{missing} is missing"}
     assert sorted(later["skipped"]) == ["RTE", "WNLI"] and "SST-2" in later["tasks"]
 
@@ -382,8 +385,8 @@ def test_eight_devices_give_the_one_device_result(pretrained_workdir, tmp_path):
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), task="stsb",
                          num_seeds=1, num_epochs=1.0, dropout_rate=0.1, learning_rates=(1e-2,))
     assert 320 // config.batch_size == 20
-    one = finetune.run(config, str(tmp_path / "one"), devices=jax.devices()[:1])
-    eight = finetune.run(config, str(tmp_path / "eight"), devices=jax.devices())
+    one = finetuning.run(config, str(tmp_path / "one"), devices=jax.devices()[:1])
+    eight = finetuning.run(config, str(tmp_path / "eight"), devices=jax.devices())
     run = "STS-B/lr0.01_seed0/test_predictions.npy"
     a, b = np.load(tmp_path / "one" / run), np.load(tmp_path / "eight" / run)
     assert a.mean() > 1.0  # 20 steps moved the head from ~0 towards the mean score 2.5
@@ -407,8 +410,8 @@ def test_talking_heads_inserted_at_identity_compute_the_checkpoints_function(
 
     from models import BertModel
 
-    plain = finetune.load_pretrained(glue_config(init_from=pretrained_workdir))
-    inserted = finetune.load_pretrained(glue_config(init_from=pretrained_workdir,
+    plain = starts.load_pretrained(glue_config(init_from=pretrained_workdir))
+    inserted = starts.load_pretrained(glue_config(init_from=pretrained_workdir,
                                                     insert_talking_heads=True))
     assert plain.model_config.attention == "multi_head"
     assert inserted.model_config.attention == "talking_heads"
@@ -438,7 +441,7 @@ def test_talking_heads_inserted_into_a_pre_ln_encoder_keep_its_function():
     ids = jax.random.randint(jax.random.key(0), (2, 10), 5, 50)
     bert = BertModel(config).init(jax.random.key(1), ids)["params"]
     assert "final_norm" in bert["encoder"]
-    converted, params = finetune.with_talking_heads_inserted(config, bert, "ckpt")
+    converted, params = starts.with_talking_heads_inserted(config, bert, "ckpt")
     outputs = [BertModel(c).apply({"params": p}, ids, None, jnp.ones_like(ids))[0]
                for c, p in ((config, bert), (converted, params))]
     np.testing.assert_allclose(np.asarray(outputs[1]), np.asarray(outputs[0]), atol=1e-5)
@@ -453,7 +456,7 @@ def test_inserted_talking_heads_take_no_leftover_settings_from_the_checkpoint():
     leftover = TalkingHeadsConfig(dynamic_projections="x2l+m2w", groups=2, impl="chunked")
     config = ModelConfig(num_layers=1, hidden_size=32, num_heads=4, mlp_dim=64,
                          talking_heads=leftover)
-    converted, _ = finetune.with_talking_heads_inserted(
+    converted, _ = starts.with_talking_heads_inserted(
         config, {"encoder": {"layer_0": {"attention": {}}}}, "ckpt")
     assert converted.talking_heads == TalkingHeadsConfig(init="identity", impl="chunked")
 
@@ -471,7 +474,7 @@ def test_talking_heads_inserted_with_fan_in_mixing_draw_it_per_fine_tuning_seed(
                          vocab_size=50, max_position_embeddings=16)
     ids = jax.random.randint(jax.random.key(0), (2, 10), 5, 50)
     bert = nn.unbox(BertModel(config).init(jax.random.key(1), ids)["params"])
-    converted, params = finetune.with_talking_heads_inserted(config, bert, "ckpt", "fan_in")
+    converted, params = starts.with_talking_heads_inserted(config, bert, "ckpt", "fan_in")
     assert converted.attention == "talking_heads"
     assert converted.talking_heads.init == "fan_in"
     assert "logits_mixing" not in params["encoder"]["layer_0"]["attention"]
@@ -482,17 +485,17 @@ def test_talking_heads_inserted_with_fan_in_mixing_draw_it_per_fine_tuning_seed(
         fresh = {"bert": nn.unbox(BertModel(converted).init(jax.random.key(seed), ids)["params"])}
         on_device = jax.tree.map(lambda _: jax.sharding.SingleDeviceSharding(jax.devices()[0]),
                                  fresh)
-        start = finetune.with_pretrained_encoder(fresh, params, on_device)["bert"]
+        start = one_run.with_pretrained_encoder(fresh, params, on_device)["bert"]
         draws.append(np.asarray(start["encoder"]["layer_0"]["attention"]["logits_mixing"]))
         np.testing.assert_array_equal(start["encoder"]["layer_1"]["attention"]["query"]["kernel"],
                                       bert["encoder"]["layer_1"]["attention"]["query"]["kernel"])
     assert not np.allclose(draws[0], draws[1])
     assert np.std(np.concatenate(draws)) == pytest.approx(1 / 4, rel=0.15)  # 1/sqrt(16)
-    _, identity = finetune.with_talking_heads_inserted(config, bert, "ckpt", "identity")
+    _, identity = starts.with_talking_heads_inserted(config, bert, "ckpt", "identity")
     np.testing.assert_array_equal(identity["encoder"]["layer_0"]["attention"]["weights_mixing"],
                                   np.eye(16))
     with pytest.raises(ValueError, match="insert_th_init='orthogonal' is unknown"):
-        finetune.with_talking_heads_inserted(config, bert, "ckpt", "orthogonal")
+        starts.with_talking_heads_inserted(config, bert, "ckpt", "orthogonal")
 
 
 @pytest.mark.slow
@@ -501,15 +504,15 @@ def test_a_fan_in_insertion_fine_tunes_and_names_its_init(pretrained_workdir, tm
     identity (a changed insertion init is another setup)."""
     config = glue_config(init_from=pretrained_workdir, insert_talking_heads=True,
                          insert_th_init="fan_in")
-    pretrained = finetune.load_pretrained(config)
+    pretrained = starts.load_pretrained(config)
     assert pretrained.source.startswith("talking heads inserted with fan_in mixing: ")
     assert pretrained.model_config.talking_heads.init == "fan_in"
     workdir = str(tmp_path / "glue")
-    finetune.check_workdir_identity(workdir, pretrained, config)
-    identity = finetune.load_pretrained(glue_config(init_from=pretrained_workdir,
+    suite.check_workdir_identity(workdir, pretrained, config)
+    identity = starts.load_pretrained(glue_config(init_from=pretrained_workdir,
                                                     insert_talking_heads=True))
     with pytest.raises(ValueError, match="different setup .*init"):
-        finetune.check_workdir_identity(workdir, identity, config)
+        suite.check_workdir_identity(workdir, identity, config)
 
 
 def test_insert_talking_heads_refuses_a_talking_heads_checkpoint():
@@ -518,7 +521,7 @@ def test_insert_talking_heads_refuses_a_talking_heads_checkpoint():
     config = ModelConfig(attention="talking_heads", num_layers=1, hidden_size=32,
                          num_heads=2, mlp_dim=64)
     with pytest.raises(ValueError, match="needs a multi_head checkpoint; ckpt is talking"):
-        finetune.with_talking_heads_inserted(config, {}, "ckpt")
+        starts.with_talking_heads_inserted(config, {}, "ckpt")
 
 
 @pytest.mark.slow
@@ -543,10 +546,10 @@ def test_pretrained_fine_tuning_starts_from_exactly_the_checkpoints_encoder(
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), num_seeds=1,
                          task="stsb", max_train_examples=32, num_epochs=1.0,
                          learning_rates=(1e-12,))
-    pretrained = finetune.load_pretrained(config)
-    task = glue.get_task("stsb")
-    data = finetune.load_task_data(task, config, pretrained.tokenizer)
-    finetune.finetune_run(task, pretrained, data, 1e-12, 2, config, str(tmp_path / "run"))
+    pretrained = starts.load_pretrained(config)
+    task = finetuning.get("stsb")
+    data = task.load(config, pretrained.tokenizer)
+    one_run.finetune_run(task, pretrained, data, 1e-12, 2, config, str(tmp_path / "run"))
     got = np.load(tmp_path / "run" / "test_predictions.npy")
 
     _, checkpoint = final_params(pretrained_workdir)
@@ -584,15 +587,15 @@ def test_from_scratch_fine_tuning_starts_from_a_fresh_encoder(pretrained_workdir
                          task="stsb",
                          max_train_examples=32, num_epochs=1.0, learning_rates=(1e-12,),
                          init="scratch")
-    scratch = finetune.load_pretrained(config)
+    scratch = starts.load_pretrained(config)
     assert scratch.bert_params is None and scratch.source.startswith("scratch: ")
     with open(os.path.join(pretrained_workdir, "config.json")) as f:
         assert scratch.init_stream == json.load(f)["seed"]
-    task = glue.get_task("stsb")
-    data = finetune.load_task_data(task, config, scratch.tokenizer)
+    task = finetuning.get("stsb")
+    data = task.load(config, scratch.tokenizer)
     # A stream other than this run's own seed: the draw must follow init_stream.
     other = dataclasses.replace(scratch, init_stream=scratch.init_stream + 7)
-    finetune.finetune_run(task, other, data, 1e-12, 3, config, str(tmp_path / "scratch"))
+    one_run.finetune_run(task, other, data, 1e-12, 3, config, str(tmp_path / "scratch"))
     got = np.load(tmp_path / "scratch" / "test_predictions.npy")
     model = BertForSequenceClassification(scratch.model_config, task.num_labels)
     ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
@@ -610,7 +613,7 @@ def test_from_scratch_fine_tuning_starts_from_a_fresh_encoder(pretrained_workdir
 
     config.init = "random"
     with pytest.raises(ValueError, match="init='random' is unknown"):
-        finetune.load_pretrained(config)
+        starts.load_pretrained(config)
 
 
 @pytest.mark.slow
@@ -623,9 +626,9 @@ def test_fine_tuning_in_the_scanned_layout_computes_the_unrolled_result(pretrain
     write_stsb(str(glue_dir / "STS-B"), np.random.default_rng(7))
     config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir), task="stsb",
                          num_seeds=1, num_epochs=1.0, learning_rates=(1e-2,))
-    finetune.run(config, str(tmp_path / "unrolled"))
+    finetuning.run(config, str(tmp_path / "unrolled"))
     scanned = glue_config(**{**config.to_dict(), "scan_layers": True})
-    finetune.run(scanned, str(tmp_path / "scanned"))
+    finetuning.run(scanned, str(tmp_path / "scanned"))
     run = "STS-B/lr0.01_seed0"
     a, b = (np.load(tmp_path / d / run / "test_predictions.npy") for d in ("unrolled", "scanned"))
     np.testing.assert_allclose(a, b, atol=1e-5)
@@ -633,4 +636,4 @@ def test_fine_tuning_in_the_scanned_layout_computes_the_unrolled_result(pretrain
               for d in ("unrolled", "scanned")]
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
     with pytest.raises(ValueError, match=r"different setup \(model changed\)"):
-        finetune.run(scanned, str(tmp_path / "unrolled"))
+        finetuning.run(scanned, str(tmp_path / "unrolled"))

@@ -1,4 +1,4 @@
-"""SQuAD v1.1 fine-tuning end to end (eval_squad.py, training/squad_finetune.py) from a
+"""SQuAD v1.1 fine-tuning end to end (eval_squad.py, finetuning/, tasks/squad_task.py) from a
 tiny pretrained run on a tiny SQuAD-format directory whose rule is learnable (the answer
 is the word after "is"): EM and F1, results and predictions files, skipping finished
 runs, resume after preemption, the hub path, bad input from the command line."""
@@ -20,7 +20,7 @@ from helpers import (
 )
 
 from configs import squad as squad_configs
-from training import squad_finetune
+import finetuning
 from training.cli import Stopped
 from training.pretrain import train_and_evaluate
 
@@ -52,7 +52,7 @@ def test_a_learnable_rule_reaches_high_exact_match_and_writes_results(pretrained
     squad_dir = write_squad_dir(tmp_path / "squad", np.random.default_rng(0), 120, 16, filler=2)
     workdir = str(tmp_path / "squad_run")
     config = squad_config(init_from=pretrained_workdir, squad_dir=squad_dir)
-    results = squad_finetune.run(config, workdir)
+    results = finetuning.run(config, workdir)
     summary = results["tasks"]["SQuAD"]
     em, f1 = summary["scores"]["SQuAD/exact_match"], summary["scores"]["SQuAD/f1"]
     assert em["mean"] > 90.0 and f1["mean"] >= em["mean"]
@@ -79,7 +79,7 @@ def test_a_learnable_rule_reaches_high_exact_match_and_writes_results(pretrained
 
     # A rerun skips the finished runs: their results are read back unchanged.
     before = (best / "result.json").read_text()
-    again = squad_finetune.run(config, workdir)
+    again = finetuning.run(config, workdir)
     assert (best / "result.json").read_text() == before
     assert again["tasks"]["SQuAD"]["scores"] == summary["scores"]
 
@@ -92,7 +92,7 @@ def test_preempted_squad_fine_tuning_resumes_to_the_same_result(pretrained_workd
     squad_dir = write_squad_dir(tmp_path / "squad", np.random.default_rng(2), 8, 4)
     config = squad_config(init_from=pretrained_workdir, squad_dir=squad_dir, num_seeds=1,
                           num_epochs=2.0, log_every_steps=1, dropout_rate=0.1)
-    straight = squad_finetune.run(config, str(tmp_path / "straight"))
+    straight = finetuning.run(config, str(tmp_path / "straight"))
 
     calls = {"n": 0}
 
@@ -104,10 +104,10 @@ def test_preempted_squad_fine_tuning_resumes_to_the_same_result(pretrained_workd
     monkeypatch.setattr(preemption.PreemptionFlag, "requested", stop_at_call_5)
     workdir = tmp_path / "resumed"
     with pytest.raises(Stopped, match="SIGTERM: saved SQuAD"):
-        squad_finetune.run(config, str(workdir))
+        finetuning.run(config, str(workdir))
     assert not (workdir / "results.json").exists()
     monkeypatch.undo()
-    resumed = squad_finetune.run(config, str(workdir))
+    resumed = finetuning.run(config, str(workdir))
     assert resumed["tasks"] == straight["tasks"]
 
 

@@ -31,7 +31,7 @@ def write_workdir(path, scores: dict[float, list[float]], model=MODEL, task="SST
                    **PROTOCOL, **protocol}, f)
     for lr, per_seed in scores.items():
         for seed, value in enumerate(per_seed):
-            run_dir = os.path.join(path, task, results.glue_run_name(lr, seed))
+            run_dir = os.path.join(path, task, results.run_name(lr, seed))
             os.makedirs(run_dir)
             results.RunResult(task, lr, seed, 10, {"dev": {"accuracy": value}}, value,
                               0.1).write(run_dir)
@@ -215,7 +215,7 @@ def test_metric_scores_every_run_by_that_dev_metric_mean_over_splits(tmp_path):
         write_workdir(path, {})
         for lr, per_seed in runs.items():
             for seed, dev in enumerate(per_seed):
-                run_dir = os.path.join(path, task, results.glue_run_name(lr, seed))
+                run_dir = os.path.join(path, task, results.run_name(lr, seed))
                 os.makedirs(run_dir)
                 main = np.mean([v["f1"] for v in dev.values()])
                 results.RunResult(task, lr, seed, 10, dev, main, 0.1).write(run_dir)

@@ -203,14 +203,14 @@ def test_a_sharded_run_equals_one_device():
                                                        ("talking_heads", True)])
 def test_the_end_of_a_run_suggests_an_export_only_where_one_works(attention_name, exportable):
     from configs import pretrain
-    from training.finetune import where_results_went
+    from tasks.glue_tasks import TASKS
     from training.pretrain import end_of_run
-    from training.results import FinalMetrics, GlueResults
+    from training.results import FinalMetrics, FineTuningResults
 
     config = pretrain.get_config(f"size=micro,attention={attention_name}")
     lines = end_of_run("runs/x", FinalMetrics(10, 1.0), config, 0, 3.0, 10, True)
     assert ("export_hf.py" in lines) == exportable
-    glue = GlueResults("runs/x@10", tasks={"sst2": None})
-    line = where_results_went("runs/g", glue, type("C", (), {"save_model": "best"}),
+    glue = FineTuningResults("runs/x@10", tasks={"sst2": None})
+    line = TASKS["SST-2"].files_line("runs/g", glue, type("C", (), {"save_model": "best"}),
                               attention_name)
     assert ("export_hf.py" in line) == exportable

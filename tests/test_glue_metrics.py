@@ -130,19 +130,22 @@ def test_damaged_records_of_a_glue_workdir_are_one_error_naming_them(tmp_path):
     damaged glue_identity.json are errors that name the file."""
     from helpers import tiny_model_config
 
-    from training import finetune, results
+    from finetuning import pretrained as starts
+    from finetuning import suite
+    from tasks.glue_tasks import read_predictions
+    from training import results
 
     predictions = tmp_path / "test_predictions.npy"
     np.save(predictions, np.arange(10))
     predictions.write_bytes(predictions.read_bytes()[:20])
     with pytest.raises(results.ResultsError, match=f"{predictions}: cannot be read"):
-        finetune.read_predictions(str(predictions))
+        read_predictions(str(predictions))
 
     (tmp_path / "glue_identity.json").write_text('{"init": ')
-    pretrained = finetune.Pretrained(tiny_model_config(), None, None, "somewhere@10")
+    pretrained = starts.Pretrained(tiny_model_config(), None, None, "somewhere@10")
     from configs import glue as glue_configs
 
     with pytest.raises(results.ResultsError, match=f"{tmp_path / 'glue_identity.json'}: "
                                                    f"cannot be read"):
-        finetune.check_workdir_identity(str(tmp_path), pretrained,
+        suite.check_workdir_identity(str(tmp_path), pretrained,
                                         glue_configs.get_config("task=rte"))

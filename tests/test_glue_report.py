@@ -1,11 +1,11 @@
-"""training/glue_report.py: eval_glue.py's results.md in the BERT table's layout."""
+"""tasks/glue_report.py: eval_glue.py's results.md in the BERT table's layout."""
 
 from __future__ import annotations
 
 import pytest
 
 import glue
-from training import glue_report as report
+from tasks import glue_report as report
 from training import results
 
 
@@ -22,7 +22,7 @@ def summary(task_name: str, scores: dict[int, float],
 
 def test_results_md_in_the_bert_tables_order_with_a_named_partial_average(tmp_path):
     """One seed shows no "± 0.0"; a score at or below the majority class is marked."""
-    suite = results.GlueResults("/runs/mh/pretrain@300", {
+    suite = results.FineTuningResults("/runs/mh/pretrain@300", {
         "RTE": summary("rte", {0: 60.0, 1: 62.0}, majority=52.7),
         "MNLI": summary("mnli", {0: 80.0, 1: 80.0}, majority=35.4),
         "WNLI": summary("wnli", {0: 56.3}, majority=56.3),
@@ -42,10 +42,10 @@ def test_results_md_in_the_bert_tables_order_with_a_named_partial_average(tmp_pa
 
 
 def test_all_tasks_give_the_glue_average_and_no_tasks_an_empty_table(tmp_path):
-    suite = results.GlueResults("x@1", {glue.get_task(n).name: summary(n, {0: 70.0})
+    suite = results.FineTuningResults("x@1", {glue.get_task(n).name: summary(n, {0: 70.0})
                                         for n in glue.TASKS})
     assert report.markdown_table(suite, "m").splitlines()[0].endswith("| WNLI | Average |")
-    assert report.write_markdown(str(tmp_path), results.GlueResults("x@1"), "m") == ""
+    assert report.write_markdown(str(tmp_path), results.FineTuningResults("x@1"), "m") == ""
 
 
 def test_the_majority_baseline_is_scikit_learns_dummy_model():

@@ -16,9 +16,11 @@ LAYERS: list[set[str]] = [
     {"input_pipeline"},  # corpora, tokenizer, packing, masking, batches
     {"attention"},  # the variants and their registry
     {"models"},  # BERT, ModelConfig, FLOP and memory counts, Hugging Face in and out
-    {"configs"},  # ml_collections configs and the papers' grids
     {"glue", "squad"},  # the fine-tuning tasks' data and metrics
     {"training"},  # the drivers: mesh, steps, checkpoints, loops, result records
+    {"finetuning"},  # the task-neutral fine-tuning core: Task, registry, runs, grid
+    {"tasks"},  # the fine-tuning tasks as plug-ins of the core (GLUE, SQuAD)
+    {"configs"},  # ml_collections configs (a fine-tuning config reads the task registry)
     {"analysis"},  # sweeps, tables, tests over seeds, plots, the study tools
     {"scripts"},  # command-line entries
     {ENTRY_POINTS},
@@ -87,15 +89,73 @@ def test_the_check_sees_imports_inside_functions_and_skips_type_checking(tmp_pat
     source = tmp_path / "m.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                       "    from training import steps\n"
-                      "def f():\n    from training.results import GlueResults\n")
+                      "def f():\n    from training.results import FineTuningResults\n")
     assert imported_packages(source) == [("training", 5)]
 
 
+def module_name(path: Path, root: Path = REPO) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_cycles(paths: list[Path], root: Path = REPO) -> list[str]:
+    """Cycles among module-level imports (the ones that run on import). A module's
+    import of its own package's __init__ (`from finetuning import registry`) is an edge
+    to the submodule it names, not to the package."""
+    modules = {module_name(p, root): p for p in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & set(modules)
+                inside = name.startswith(node.module + ".")
+                found |= subs if subs or inside else {node.module}
+        graph[name] = {m for m in found if m in modules and m != name}
+    cycles: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        for other in sorted(graph[name]):
+            if other in path:
+                cycles.append(" -> ".join(path[path.index(other):] + [other]))
+            elif other not in done:
+                visit(other, path + [other])
+        done.add(name)
+
+    for name in sorted(graph):
+        if name not in done:
+            visit(name, [name])
+    return cycles
+
+
+def test_no_import_cycle_between_modules():
+    assert import_cycles(project_modules()) == []
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.a import x\n")
+    (tmp_path / "pkg" / "a.py").write_text("from pkg import b\nx = 1\n")
+    (tmp_path / "pkg" / "b.py").write_text("import pkg.a\n")
+    paths = sorted((tmp_path / "pkg").glob("*.py"))
+    assert import_cycles(paths, tmp_path) == ["pkg.a -> pkg.b -> pkg.a"]
+
+
+def test_no_file_of_the_fine_tuning_core_is_over_500_lines():
+    long = [f"{p.name} ({n} lines)" for p in sorted((REPO / "finetuning").glob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500]
+    assert long == []
+
+
 def test_the_drivers_are_short_named_steps():
-    """training/ reads as named steps: no function of more than 60 lines, and no
-    closure that rebinds its enclosing function's variables (state lives in objects)."""
+    """training/ and finetuning/ read as named steps: no function of more than 60 lines,
+    and no closure that rebinds its enclosing function's variables (state lives in
+    objects)."""
     long, rebinding = [], []
-    for path in sorted((REPO / "training").glob("*.py")):
+    for path in sorted([*(REPO / "training").glob("*.py"), *(REPO / "finetuning").glob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = node.end_lineno - node.lineno + 1

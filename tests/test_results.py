@@ -40,12 +40,12 @@ def test_task_summary_picks_the_best_mean_learning_rate_in_results_json_format()
 
 def test_records_round_trip_through_their_files(tmp_path):
     summary = results.TaskSummary.from_runs(glue.get_task("rte"), [run("rte", 2e-5, 0, 60.0)])
-    suite = results.GlueResults("/runs/a/pretrain@40", {"RTE": summary}, {"CoLA": "bad tsv"},
+    suite = results.FineTuningResults("/runs/a/pretrain@40", {"RTE": summary}, {"CoLA": "bad tsv"},
                                 {"RTE": "test.tsv is missing"})
     suite.write(str(tmp_path))
-    assert results.GlueResults.read(str(tmp_path)) == suite
+    assert results.FineTuningResults.read(str(tmp_path)) == suite
     assert suite.init_step() == 40
-    assert results.GlueResults("hf:bert-base-uncased").init_step() is None
+    assert results.FineTuningResults("hf:bert-base-uncased").init_step() is None
     final = results.FinalMetrics(300, 5.7, {"eval_loss": 6.2, "eval_accuracy": 0.12})
     final.write(str(tmp_path))
     assert list(json.loads((tmp_path / "final_metrics.json").read_text())) == [
@@ -66,14 +66,14 @@ def test_old_files_read_with_empty_fields_and_damaged_ones_name_the_file(tmp_pat
     summary = results.TaskSummary.from_runs(glue.get_task("rte"), [run("rte", 2e-5, 0, 60.0)])
     (tmp_path / "results.json").write_text(json.dumps(
         {"init": "/p@5", "tasks": {"RTE": summary.to_json()}}))
-    suite = results.GlueResults.read(str(tmp_path))
+    suite = results.FineTuningResults.read(str(tmp_path))
     assert suite.tasks == {"RTE": summary} and suite.skipped == suite.no_submission == {}
 
     assert results.RunResult.read(str(tmp_path / "nothing")) is None
     (tmp_path / "results.json").write_text('{"init": "/p@5", "tasks": {"RTE": {"tas')
     with pytest.raises(results.ResultsError, match="results.json"):
-        results.GlueResults.read(str(tmp_path))
-    assert results.read_quietly(results.GlueResults, str(tmp_path)) is None
+        results.FineTuningResults.read(str(tmp_path))
+    assert results.read_quietly(results.FineTuningResults, str(tmp_path)) is None
 
 
 def test_finished_checks_want_the_step_seeds_learning_rates_and_checkpoint(tmp_path):
@@ -90,7 +90,7 @@ def test_finished_checks_want_the_step_seeds_learning_rates_and_checkpoint(tmp_p
 
     def write(init: str, runs: list[results.RunResult]) -> None:
         summary = results.TaskSummary.from_runs(glue.get_task("rte"), runs)
-        results.GlueResults(init, {"RTE": summary}).write(target.workdir)
+        results.FineTuningResults(init, {"RTE": summary}).write(target.workdir)
 
     both = [run("rte", lr, s, 60.0) for lr in (2e-5, 3e-5) for s in (0, 1)]
     write(f"{tmp_path}/p@10", [run("rte", lr, 0, 60.0) for lr in (2e-5, 3e-5)])
@@ -102,7 +102,7 @@ def test_finished_checks_want_the_step_seeds_learning_rates_and_checkpoint(tmp_p
     write(f"{tmp_path}/p@10", both)
     assert not target.finished()  # the runs' own result.json files are not there
     for r in both:
-        r.write(os.path.join(target.workdir, "RTE", results.glue_run_name(r.learning_rate,
+        r.write(os.path.join(target.workdir, "RTE", results.run_name(r.learning_rate,
                                                                           r.seed)))
     assert target.finished()
     os.remove(os.path.join(target.workdir, "RTE", "lr3e-05_seed1", "result.json"))

@@ -155,7 +155,9 @@ def _warnings(capsys):
 
 
 def test_ids_in_both_train_and_dev_are_one_warning(tmp_path, capsys):
-    from training.squad_finetune import read_questions
+    from tasks.squad_task import TASK
+
+    read_questions = TASK.read
 
     _write_split(tmp_path, "train-v1.1.json", ["a", "b", "c", "d", "e", "f"])
     _write_split(tmp_path, "dev-v1.1.json", ["x", "f", "e", "d", "c", "y"])
@@ -170,7 +172,9 @@ def test_ids_in_both_train_and_dev_are_one_warning(tmp_path, capsys):
 
 
 def test_disjoint_splits_do_not_warn(tmp_path, capsys):
-    from training.squad_finetune import read_questions
+    from tasks.squad_task import TASK
+
+    read_questions = TASK.read
 
     _write_split(tmp_path, "train-v1.1.json", ["a", "b"])
     _write_split(tmp_path, "dev-v1.1.json", ["x", "y"])

@@ -158,11 +158,11 @@ def test_cluster_run_script_reruns_stale_steps_and_skips_finished_ones(tmp_path)
     def glue_results(seeds: list[int]) -> None:
         runs = [results.RunResult("SST-2", 2e-5, s, 10, {"dev": {"accuracy": 80.0}}, 80.0, 0.5)
                 for s in seeds]
-        results.GlueResults(f"{pretrain}@10",
+        results.FineTuningResults(f"{pretrain}@10",
                             {"SST-2": results.TaskSummary.from_runs(task, runs)}).write(
                                 str(glue_dir))
         for r in runs:  # each run's own record, as eval_glue.py leaves them
-            r.write(str(glue_dir / "SST-2" / results.glue_run_name(r.learning_rate, r.seed)))
+            r.write(str(glue_dir / "SST-2" / results.run_name(r.learning_rate, r.seed)))
 
     def run_sh() -> list[str]:
         calls.unlink(missing_ok=True)

@@ -23,7 +23,8 @@ from models.hf_export import save_pretrained
 from training import checkpoint_reader, results
 from training.checkpoints import CheckpointError
 
-GLUE_IDENTITY = "glue_identity.json"  # written by training/finetune.py's identity check
+GLUE_IDENTITY = results.FINE_TUNING_IDENTITY  # written by finetuning/suite.py
+FINE_TUNED_MODEL, TOKENIZER = results.FINE_TUNED_MODEL, results.TOKENIZER_DIR
 
 
 @dataclasses.dataclass
@@ -40,8 +41,6 @@ def read_run_model(workdir: str, step: int | str = "best", task: str | None = No
     """The model in `workdir` (see the module docstring); CheckpointError naming the
     directory when there is none. `step` applies to pretraining runs, `task` to GLUE
     workdirs (needed when they hold several tasks)."""
-    from training.finetune import FINE_TUNED_MODEL, TOKENIZER
-
     if not os.path.isdir(workdir):
         raise CheckpointError(f"{workdir}: no such directory")
     if os.path.isfile(os.path.join(workdir, GLUE_IDENTITY)):
@@ -80,7 +79,7 @@ def _model_config(saved: dict[str, Any], where: str) -> ModelConfig:
 
 
 def _best_run_dir(workdir: str, task: str | None) -> str:
-    summary = results.GlueResults.read(workdir)
+    summary = results.FineTuningResults.read(workdir)
     if summary is None or not summary.tasks:
         raise CheckpointError(f"{workdir}: no finished GLUE task (results.json) to export")
     if task is None:
@@ -94,12 +93,11 @@ def _best_run_dir(workdir: str, task: str | None) -> str:
             raise CheckpointError(f"{workdir}: no finished {name} "
                                   f"(it holds {', '.join(sorted(summary.tasks)) or 'none'})")
     best = summary.tasks[name]
-    return os.path.join(workdir, name, results.glue_run_name(best.best_learning_rate,
+    return os.path.join(workdir, name, results.run_name(best.best_learning_rate,
                                                              best.best_run))
 
 
 def _fine_tuned(run_dir: str, tokenizer_dir: str) -> RunModel:
-    from training.finetune import FINE_TUNED_MODEL
 
     if not os.path.isdir(os.path.join(run_dir, FINE_TUNED_MODEL)):
         raise CheckpointError(f"{run_dir}: no {FINE_TUNED_MODEL}/ (fine-tuned with "

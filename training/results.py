@@ -11,9 +11,9 @@ A pretraining workdir (train.py --workdir):
                           valid while checkpoints/STEP, the checkpoint it reports, is there
 A GLUE workdir (eval_glue.py --workdir):
   TASK/lr{LR}_seed{S}/result.json   RunResult: one finished (task, lr, seed) run
-  results.json            GlueResults: init, one TaskSummary per task, skipped tasks,
+  results.json            FineTuningResults: init, one TaskSummary per task, skipped tasks,
                           tasks without a submission
-  results.md              the table of training/glue_report.py
+  results.md              the task's table (tasks/glue_report.py for GLUE)
 A sweep's OUT (scripts/sweep.py --out):
   sweep.json              SweepManifest: grid, rows, seeds, GLUE tasks, arguments
   launch_list.txt         cluster mode: the run scripts, one per line
@@ -65,8 +65,15 @@ FINAL_METRICS = "final_metrics.json"
 CHECKPOINTS = "checkpoints"  # a pretraining workdir's (training/checkpoints.py)
 RUN_CONFIG = "config.json"
 RUN_RESULT = "result.json"
-GLUE_RESULTS = "results.json"
-GLUE_MARKDOWN = "results.md"
+RESULTS_JSON = "results.json"
+RESULTS_MARKDOWN = "results.md"
+# A fine-tuning workdir's: TASK/lr{LR}_seed{S}/model/ (a run's fine-tuned parameters, no
+# optimizer state), tokenizer/ (every run's tokenizer) and the pretrained model and
+# protocol it belongs to (named when GLUE was the only task; kept so that existing
+# workdirs stay checked).
+FINE_TUNED_MODEL = "model"
+TOKENIZER_DIR = "tokenizer"
+FINE_TUNING_IDENTITY = "glue_identity.json"
 # How glue_identity.json's "init" names an init=scratch start (then the source it
 # borrows the architecture and tokenizer from).
 SCRATCH_START = "scratch: architecture and tokenizer of "
@@ -177,9 +184,9 @@ class FinalMetrics:
         return self.train_loss if key == "train_loss" else self.eval.get(key)
 
 
-# -- GLUE ----------------------------------------------------------------------------------
-def glue_run_name(learning_rate: float, seed: int) -> str:
-    """TASK/<this>/: one (learning rate, seed) run's directory in a GLUE workdir."""
+# -- fine-tuning -------------------------------------------------------------------------------
+def run_name(learning_rate: float, seed: int) -> str:
+    """TASK/<this>/: one (learning rate, seed) run's directory in a fine-tuning workdir."""
     return f"lr{learning_rate:g}_seed{seed}"
 
 
@@ -240,7 +247,7 @@ class TaskSummary:
     @classmethod
     def from_runs(cls, task: Any, runs: list[RunResult],
                   majority: dict[str, float] | None = None) -> TaskSummary:
-        """`task`: a glue.GlueTask or squad.TASK. Learning rates are ranked by their mean
+        """`task`: a finetuning.Task (or a glue.GlueTask, squad.TASK). Learning rates are ranked by their mean
         main score; ties go to the one run first."""
         by_lr: dict[float, list[RunResult]] = {}
         for run in runs:
@@ -282,7 +289,20 @@ class TaskSummary:
         return {float(lr) for lr in self.learning_rate_means}
 
     def main_metric(self) -> str:
-        return fine_tuning_task(self.task).main_metric
+        """GLUE's and SQuAD's by name; a plug-in task's is the metric whose means are
+        `main` (the record says no more)."""
+        try:
+            return fine_tuning_task(self.task).main_metric
+        except ValueError:
+            pass
+        metrics = {key.split("/", 1)[1] for key in self.scores}
+        found = [m for m in sorted(metrics) if all(
+            f"{name}/{m}" in self.scores and self.scores[f"{name}/{m}"].mean == value
+            for name, value in self.main.items())]
+        if len(found) != 1:
+            raise ResultsError(f"task {self.task}: its main metric is not one of "
+                               f"{sorted(metrics)} alone (found {found})")
+        return found[0]
 
     def main_score(self, name: str) -> Score:
         """The main metric's Score of one score name (e.g. MNLI-mm)."""
@@ -298,8 +318,9 @@ class TaskSummary:
 
 
 @dataclasses.dataclass
-class GlueResults:
-    """WORKDIR/results.json of eval_glue.py: every task fine-tuned in this workdir."""
+class FineTuningResults:
+    """WORKDIR/results.json of eval_glue.py and eval_squad.py: every task fine-tuned in
+    this workdir."""
 
     init: str  # the pretrained model: PRETRAIN_WORKDIR@STEP or hf:NAME
     tasks: dict[str, TaskSummary] = dataclasses.field(default_factory=dict)
@@ -308,14 +329,14 @@ class GlueResults:
 
     @staticmethod
     def path(workdir: str) -> str:
-        return os.path.join(workdir, GLUE_RESULTS)
+        return os.path.join(workdir, RESULTS_JSON)
 
     def to_json(self) -> dict[str, Any]:
         return {"init": self.init, "tasks": {k: v.to_json() for k, v in self.tasks.items()},
                 "skipped": dict(self.skipped), "no_submission": dict(self.no_submission)}
 
     @classmethod
-    def from_json(cls, value: dict[str, Any]) -> GlueResults:
+    def from_json(cls, value: dict[str, Any]) -> FineTuningResults:
         return cls(str(value.get("init", "")),
                    {k: TaskSummary.from_json(v) for k, v in value.get("tasks", {}).items()},
                    dict(value.get("skipped", {})), dict(value.get("no_submission", {})))
@@ -324,11 +345,11 @@ class GlueResults:
         write_json_atomic(self.path(workdir), self.to_json())
 
     @classmethod
-    def read(cls, workdir: str) -> GlueResults | None:
+    def read(cls, workdir: str) -> FineTuningResults | None:
         return _read(cls, cls.path(workdir))
 
     @classmethod
-    def continued(cls, init: str, previous: GlueResults | None) -> GlueResults:
+    def continued(cls, init: str, previous: FineTuningResults | None) -> FineTuningResults:
         """This invocation's results, starting from what earlier ones in the workdir left:
         their tasks, skips and missing submissions stay until a task is run again."""
         if previous is None:
@@ -367,7 +388,10 @@ def fine_tuning_task(name: str) -> Any:
 
 
 def score_name(task: Any, split: str) -> str:
-    """A result's column name: glue.score_name (MNLI-m, MNLI-mm, SST-2, ...) or SQuAD."""
+    """A result's column name: the task's own (finetuning.Task.score_name: MNLI-m,
+    MNLI-mm, SST-2, SQuAD), glue.score_name for a glue.GlueTask, else the task's name."""
+    if hasattr(task, "score_name"):
+        return task.score_name(split)
     import glue
 
     return glue.score_name(task, split) if isinstance(task, glue.GlueTask) else task.name
@@ -421,11 +445,11 @@ class GlueTarget:
 
     @property
     def marker(self) -> str:
-        return GlueResults.path(self.workdir)
+        return FineTuningResults.path(self.workdir)
 
     def finished(self) -> bool:
         try:
-            results = GlueResults.read(self.workdir)
+            results = FineTuningResults.read(self.workdir)
         except ResultsError:
             return False
         if results is None or results.init_step() != self.init_step:
@@ -439,7 +463,7 @@ class GlueTarget:
         # results.json sums up the runs' result.json files; a run whose file is gone
         # (deleted, or never written by a copy) is redone by eval_glue.py.
         return all(os.path.isfile(RunResult.path(os.path.join(
-            self.workdir, self.task, glue_run_name(lr, seed))))
+            self.workdir, self.task, run_name(lr, seed))))
             for lr in self.learning_rates for seed in range(self.num_seeds))
 
     def cli_args(self) -> list[str]:
@@ -533,11 +557,11 @@ def run_glue_tasks(directory: str) -> dict[str, TaskSummary]:
     paths = [root]
     if os.path.isdir(root):
         paths += [os.path.join(root, d) for d in sorted(os.listdir(root))]
-    found = [(os.path.getmtime(GlueResults.path(p)), p) for p in paths
-             if os.path.isfile(GlueResults.path(p))]
+    found = [(os.path.getmtime(FineTuningResults.path(p)), p) for p in paths
+             if os.path.isfile(FineTuningResults.path(p))]
     tasks: dict[str, TaskSummary] = {}
     for _, workdir in sorted(found):
-        results = read_quietly(GlueResults, workdir)
+        results = read_quietly(FineTuningResults, workdir)
         if results is not None:
             tasks.update(results.tasks)
     return tasks

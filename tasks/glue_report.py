@@ -17,10 +17,10 @@ import numpy as np
 from common.files import write_text_atomic
 from glue.metrics import glue_average
 from glue.tasks import TASKS
-from training.results import GLUE_MARKDOWN, GlueResults
+from training.results import RESULTS_MARKDOWN, FineTuningResults
 
 
-def markdown_table(results: GlueResults, label: str) -> str:
+def markdown_table(results: FineTuningResults, label: str) -> str:
     columns: list[str] = []
     cells: dict[str, str] = {}
     mains: dict[str, float] = {}
@@ -49,7 +49,7 @@ def markdown_table(results: GlueResults, label: str) -> str:
 MAJORITY_MARK = " †"
 
 
-def footnotes(results: GlueResults) -> list[str]:
+def footnotes(results: FineTuningResults) -> list[str]:
     """The lines under the table: single-seed tasks, and scores at or below the
     majority-class baseline (the model learned nothing that shows on dev)."""
     ordered = sorted(results.tasks, key=list(TASKS).index)
@@ -66,11 +66,11 @@ def footnotes(results: GlueResults) -> list[str]:
     return [""] + lines if lines else []
 
 
-def write_markdown(workdir: str, results: GlueResults, label: str) -> str:
+def write_markdown(workdir: str, results: FineTuningResults, label: str) -> str:
     """WORKDIR/results.md; returns its table ("" before any task finished)."""
     table = markdown_table(results, label) if results.tasks else ""
     write_text_atomic(
-        os.path.join(workdir, GLUE_MARKDOWN),
+        os.path.join(workdir, RESULTS_MARKDOWN),
         f"GLUE dev, mean ± std over seeds at the best learning rate; init {results.init}"
         f"\n\n{table}\n")
     return table
