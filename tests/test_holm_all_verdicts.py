@@ -1,0 +1,146 @@
+"""scripts/holm_all_verdicts.py: Holm per table and over the whole document, Welch's t
+where two arms share no encoder draw, equivalence at the papers' margins; on the files
+of docs/results/ it reproduces the tables' own p-values and the numbers RESULTS states."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from scripts import holm_all_verdicts as h
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "docs", "results")
+
+
+def check(family: str, p: float, key: str = "", **kw) -> h.Check:
+    fields = dict(part="x", family=family, a="A", b="B", metric="SST-2", unit="points",
+                  test="paired t", n="5", diff=1.0, ci=(0.5, 1.5), p=p, source="-", key=key)
+    fields.update(kw)
+    return h.Check(**fields)
+
+
+def test_holm_within_each_table_and_over_the_distinct_tests_by_hand():
+    # Table T1: p 0.01, 0.04 -> 2 x 0.01 = 0.02, then max(0.02, 1 x 0.04) = 0.04.
+    # Table T2: p 0.03, 0.005 and one pair without a p -> 0.01, then 0.03; nan stays nan.
+    # Project-wide, 4 distinct p: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06,
+    # max(0.06, 0.04) = 0.06. T3 prints T1's first test again: counted once.
+    checks = h.adjust([check("T1", 0.01, "t1a"), check("T1", 0.04, "t1b"),
+                       check("T2", 0.03, "t2a"), check("T2", 0.005, "t2b"),
+                       check("T2", float("nan"), "t2c"), check("T3", 0.01, "t1a")])
+    assert [c.p_table for c in checks[:4]] == pytest.approx([0.02, 0.04, 0.03, 0.01])
+    assert math.isnan(checks[4].p_table) and math.isnan(checks[4].p_project)
+    assert checks[5].p_table == pytest.approx(0.01)  # alone in its table
+    assert [c.p_project for c in checks[:4]] == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert checks[5].p_project == pytest.approx(0.03)
+    assert h.project_family_size(checks) == 4
+
+
+def test_welch_by_hand():
+    # means 2 and 5; variances 1 and 20/3: se^2 = 1/3 + 5/3 = 2; df = 4 / (1/18 + 25/27).
+    diff, ci, p, df = h.welch([1, 2, 3], [2, 4, 6, 8])
+    assert diff == pytest.approx(3.0)
+    assert df == pytest.approx(4 / (1 / 18 + 25 / 27))
+    half = scipy.stats.t.ppf(0.975, df) * math.sqrt(2)
+    assert ci == pytest.approx((3 - half, 3 + half))
+    assert p == pytest.approx(2 * scipy.stats.t.sf(3 / math.sqrt(2), df))
+
+
+def test_equivalence_at_the_papers_margin_and_the_old_one():
+    inside = check("T", 0.5, ci=(-0.4, 0.45), diff=0.0)
+    wider = check("T", 0.5, ci=(-0.4, 0.6), diff=0.1)
+    assert inside.verdict(0.5) == "equivalent (±0.5)"
+    assert wider.verdict(0.5) == "not settled"
+    assert wider.verdict(0.5, h.OLD_MARGINS) == "equivalent (±1)"
+    assert check("T", 0.5, unit="nats", ci=(-0.01, 0.015)).verdict(0.5) == "equivalent (±0.02)"
+    assert check("T", 0.5, unit="steps", ci=(-1, 1)).verdict(0.5) == "not settled"
+    fewer_steps = check("T", 0.01, unit="steps", diff=-30.0, higher_is_better=False)
+    assert fewer_steps.verdict(0.01) == "B better"
+
+
+@pytest.fixture(scope="module")
+def report():
+    return h.report(h.collect(RESULTS), RESULTS)
+
+
+def in_family(report, family):
+    return [t for t in report["tests"] if t["family"] == family]
+
+
+def test_the_paired_tables_reproduce_their_files(report):
+    """Every paired test of a fine-tuning table.json has the file's own p and Holm p."""
+    checked = 0
+    for t in report["tests"]:
+        if t["test"] != "paired t" or not t["source"].endswith("table.json"):
+            continue
+        with open(os.path.join(ROOT, t["source"])) as f:
+            (recorded,) = [r for r in json.load(f)["tests"] if (r["a"], r["b"]) == (t["a"], t["b"])]
+        assert t["p"] == pytest.approx(recorded["p_t"], rel=1e-9)
+        assert t["p_table"] == pytest.approx(recorded["p_holm"], rel=1e-9)
+        checked += 1
+    assert checked == 34
+
+
+def test_part6_by_welch(report):
+    """Part 6's checkpoints against scratch: Welch's t, Holm over the 6 (issue 49: step
+    500 reads "scratch better", Holm 0.030 instead of the paired 0.084)."""
+    by_b = {t["b"]: t for t in in_family(report, "why_pretraining_5")}
+    assert {t["test"] for t in by_b.values()} == {"Welch t"}
+    step500 = by_b["step500"]
+    a = [73.62385321100918, 74.08256880733946, 74.19724770642202, 75.0, 73.96788990825688]
+    b = [71.21559633027523, 73.39449541284404, 72.70642201834863, 71.78899082568807,
+         72.59174311926606]
+    assert step500["p"] == pytest.approx(scipy.stats.ttest_ind(b, a, equal_var=False).pvalue)
+    assert round(step500["p_table"], 3) == 0.030
+    assert step500["verdict_table"] == "scratch better"
+    assert all(t["verdict_table"] == "not settled" for n, t in by_b.items() if n != "step500")
+
+
+def test_the_numbers_results_states(report):
+    """The project-wide family's size, and every test that survives it with its Holm p,
+    as docs/RESULTS.md's section "Every verdict under one family" gives them."""
+    with open(os.path.join(ROOT, "docs", "RESULTS.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## Every verdict under one family"):]
+    section = section[:section.index("\n## ", 1)]
+    size = report["project_family_size"]
+    assert f"{size} distinct tests" in section
+    survivors = [t for t in report["tests"] if t["p_project"] is not None
+                 and not np.isnan(t["p_project"]) and t["p_project"] < 0.05]
+    assert len(survivors) == 11
+    for t in survivors:
+        # Each survivor's row names its B and its project-wide Holm p.
+        rows = [line for line in section.splitlines() if line.startswith("|")
+                and t["b"] in line and h.fmt_p(t["p_project"]) in line]
+        assert rows, (t["family"], t["a"], t["b"], h.fmt_p(t["p_project"]))
+    listed = re.findall(r"^\| (?:\d|appendix)", section, flags=re.M)
+    assert len(listed) >= len(survivors)
+
+
+def test_the_committed_files_are_current(report):
+    with open(os.path.join(RESULTS, "holm_all_verdicts.json")) as f:
+        assert json.load(f) == h.without_nan(report)
+    with open(os.path.join(RESULTS, "holm_all_verdicts.md"), encoding="utf-8") as f:
+        assert f.read() == h.markdown(report)
+
+
+@pytest.mark.slow  # the script in a subprocess
+def test_the_command_writes_both_files(tmp_path):
+    out = tmp_path / "all"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "holm_all_verdicts.py"),
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "all.md").read_text(encoding="utf-8") == done.stdout
+    assert json.loads((tmp_path / "all.json").read_text())["project_family_size"] > 100
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "holm_all_verdicts.py"),
+                          "--results", str(tmp_path / "none")], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: ")
