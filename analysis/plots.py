@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-import glue
 from analysis.runs import Metric, RowResult, Table, from_scratch, scalar_curve
 from attention import registry
 from configs import grids
@@ -70,7 +69,9 @@ def axis_label(metric: Metric) -> tuple[str, bool]:
         return "pretraining steps", False
     if metric.kind == "average":
         return "average dev score (x100)", True
-    task = glue.get_task(metric.key.split("-m")[0])
+    from finetuning import registry  # the task of a column: GLUE's, SQuAD or a plug-in
+
+    task = registry.get(metric.key.split("-m")[0])
     unit = "%" if task.main_metric in ("accuracy", "f1") else "x100"
     return f"dev {task.main_metric} ({unit})", True
 

@@ -173,16 +173,17 @@ def add_model_stats(result: RowResult, manifest: SweepManifest | None,
 
 
 def as_fine_tuned(model: Any, row: Any, manifest: SweepManifest | None) -> Any:
-    """The model a row fine-tunes: its checkpoint's, or with talking heads inserted
-    (insert_th), which costs more parameters and FLOPs than the checkpoint."""
+    """The model a row fine-tunes: its checkpoint's, or with a variant inserted (e.g.
+    insert_th: talking heads), which costs more parameters and FLOPs than the checkpoint."""
     from configs import glue as glue_configs
-    from finetuning.pretrained import talking_heads_inserted_config
+    from finetuning.pretrained import inserted_config, insertion_asked
 
     glue = glue_configs.get_config(
         sweep_grids.glue_arg(row, manifest.glue_args if manifest else ""))
-    if not glue.insert_talking_heads:
+    asked = insertion_asked(glue)
+    if not asked:
         return model
-    return talking_heads_inserted_config(model, row.name, glue.insert_th_init)
+    return inserted_config(asked[0], model, row.name, asked[1])
 
 
 SWEEP_LAYOUT = ("tables.py reads a sweep's OUT: OUT/ROW/pretrain/ and OUT/ROW/glue/TASK/ "

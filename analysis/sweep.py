@@ -102,18 +102,20 @@ def resolve_glue_tasks(spec: str, glue_dir: str | None) -> tuple[list[str], list
     user sees rather than a silently shorter table.
     """
     import glue
+    from finetuning import registry
 
     spec = spec.strip()
     if spec.lower() in ("", "none"):
         return [], []
-    if spec.lower() != "all":
-        names = [SQUAD if name.strip().lower() == "squad" else glue.get_task(name.strip()).name
-                 for name in spec.split(",") if name.strip()]
+    if spec.lower() != "all":  # any registered task (an unknown one: its error line)
+        names = [registry.get(name).name for name in spec.split(",") if name.strip()]
         return list(dict.fromkeys(names)), []
+    every = [task.name for task in registry.in_all()]  # GLUE's nine
     if not glue_dir:
-        return list(glue.TASKS), []
+        return every, []
     present, missing = [], []
-    for task in glue.TASKS.values():
+    for name in every:
+        task = glue.get_task(name)
         splits = ("train", *task.dev_splits)
         ok = all(glue.split_path(task, glue_dir, s).exists() for s in splits)
         (present if ok else missing).append(task.name)
@@ -173,6 +175,26 @@ def squad_step(label: str, row_glue_args: str, settings: Settings, workdir: str,
 
 
 SQUAD_LOG = "eval_squad.log"
+FINETUNE_LOG = "finetune.log"
+
+
+def plugin_step(task: str, label: str, row_glue_args: str, settings: Settings, workdir: str,
+                pretrain_workdir: str, init_step: int) -> Step:
+    """finetune.py for a task registered by a plug-in (tasks/ or FINETUNING_TASKS): the
+    row's and sweep's fine-tuning args, as GLUE's."""
+    from configs import finetune as finetune_configs
+
+    arg = sweep_grids.join_args(f"task={task}", row_glue_args)
+    config = finetune_configs.get_config(arg)  # a bad arg fails here, before any launch
+    return Step(
+        label=f"{label} {task}",
+        argv=("finetune.py", "--config", f"configs/finetune.py:{arg}", "--workdir", workdir,
+              f"--config.init_from={pretrain_workdir}",
+              *(f"--config.{o}" for o in settings.glue_overrides)),
+        workdir=workdir, log=os.path.join(workdir, FINETUNE_LOG),
+        target=results.GlueTarget(workdir, task, init_step,
+                                  tuple(float(lr) for lr in config.learning_rates),
+                                  config.num_seeds))
 
 
 def pretrain_overrides(settings: Settings) -> list[str]:
@@ -217,6 +239,10 @@ def plan_run(row: grids.Row, seed: int | None, settings: Settings,
         if task == SQUAD:
             glue_steps.append(squad_step(label, row_glue_args, settings, workdir,
                                          pretrain_workdir, init_step))
+            continue
+        if not glue_configs.is_glue_task(task):  # a plug-in task: finetune.py runs it
+            glue_steps.append(plugin_step(task, label, row_glue_args, settings, workdir,
+                                          pretrain_workdir, init_step))
             continue
         glue_arg = sweep_grids.join_args(f"task={task}", row_glue_args)
         extra = [f"--config.glue_dir={settings.glue_dir}"] if settings.glue_dir else []

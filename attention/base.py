@@ -14,7 +14,9 @@ own order (talking heads mixes heads between them).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -38,10 +40,27 @@ def padding_bias(mask: Array) -> Array:
     return jnp.where(mask[:, None, None, :], 0.0, MASK_VALUE).astype(jnp.float32)
 
 
+@dataclasses.dataclass(frozen=True)
+class Insertion:
+    """How a fine-tuning turns a trained multi-head encoder into a variant
+    (finetuning/pretrained.py): the fine-tuning config's fields that ask for it
+    (configs/finetune.py adds them) and the inits its new parameters may start from."""
+
+    flag: str  # the bool field, e.g. insert_talking_heads
+    init_field: str  # the init's field, e.g. insert_th_init
+    inits: tuple[str, ...]
+    default_init: str
+    short_args: Mapping[str, str] = dataclasses.field(default_factory=dict)  # arg -> field
+    help: str = ""  # the config's comment
+    new_parameters: str = "parameters"  # what a run's source calls them ("with fan_in mixing")
+
+
 class Attention(nn.Module):
     """Multi-head attention skeleton; variants override `attend`."""
 
     config: ModelConfig
+    # None: the variant cannot be inserted into a trained multi-head encoder.
+    insertion: ClassVar[Insertion | None] = None
 
     @nn.compact
     def __call__(
@@ -177,6 +196,22 @@ class Attention(nn.Module):
         """Forward matmul FLOPs per key token beyond the key and value projections: work
         on the keys' side that a sparse final layer still runs at every position."""
         return 0.0
+
+    # -- fine-tuning a trained multi-head encoder as this variant (cls.insertion) ------
+    @classmethod
+    def inserted_config(cls, config: ModelConfig, source: str, init: str) -> ModelConfig:
+        """The architecture a fine-tuning of `source` (a checkpoint of `config`) runs
+        with this variant inserted, its new parameters starting from `init`."""
+        raise ConfigError(f"{config.attention}: no variant insertion is defined")
+
+    @classmethod
+    def inserted_layer_params(cls, attention_params: dict[str, Any], config: ModelConfig,
+                              stacked_layers: int | None) -> dict[str, Any] | None:
+        """One layer's attention parameters with the variant's new ones added (config:
+        the inserted architecture; stacked_layers: the scanned layout's layer count, whose
+        arrays carry it as a leading axis); None: the new parameters are left out, so each
+        fine-tuning run draws them with its fresh weights, from its own seed."""
+        return None
 
     # -- shared steps ----------------------------------------------------------
     def project(self, x: Array, name: str, heads: int, size: int) -> Array:

@@ -151,6 +151,12 @@ def names() -> tuple[str, ...]:
     return tuple(sorted(_all()))
 
 
+def insertable() -> dict[str, Variant]:
+    """Variants a fine-tuning can insert into a trained multi-head encoder, by name
+    (their module's `insertion`: the config fields that ask for it)."""
+    return {name: v for name, v in sorted(_all().items()) if v.module.insertion is not None}
+
+
 def with_settings() -> dict[str, Variant]:
     """Variants with settings of their own, by name (the config keys model.<name>.*)."""
     return {name: v for name, v in sorted(_all().items()) if v.settings is not None}

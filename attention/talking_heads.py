@@ -56,9 +56,12 @@ from typing import TYPE_CHECKING
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from attention import registry
 from attention.base import (
     Attention,
+    Insertion,
     apply_weights,
     dot_product_logits,
     dropout_weights,
@@ -204,6 +207,50 @@ class Mixing:
 @register("talking_heads", settings=TalkingHeadsConfig, short_args=SHORT_ARGS,
           execution_fields=("impl", "query_chunk_size", "dropout_noise"))
 class TalkingHeadsAttention(Attention):
+    # Fine-tune a multi-head checkpoint as talking heads (finetuning/pretrained.py).
+    insertion = Insertion(
+        flag="insert_talking_heads", init_field="insert_th_init", inits=CHOICES["init"],
+        default_init="identity",
+        short_args={"insert_th": "insert_talking_heads", "insert_th_init": "insert_th_init"},
+        help="P_l and P_w are added to every layer of a multi-head checkpoint. "
+             "insert_th_init: identity (the checkpoint's function at step 0; the mixing is "
+             "then learned with the rest) | fan_in (N(0, 1/heads) per entry, drawn per "
+             "fine-tuning seed: what swapping the talking-heads class into a trained model "
+             "gives) | truncated_fan_in (the reference's).",
+        new_parameters="mixing")
+
+    @classmethod
+    def inserted_config(cls, config: ModelConfig, source: str, init: str) -> ModelConfig:
+        """The multi-head checkpoint's architecture as talking heads (what a table costs
+        such a row at, not its checkpoint's)."""
+        if init not in CHOICES["init"]:  # the talking-heads layer's own inits
+            raise ValueError(f"insert_th_init={init!r} is unknown; choose one of "
+                             f"{', '.join(CHOICES['init'])}")
+        if config.attention != "multi_head":
+            raise ValueError(f"insert_talking_heads needs a multi_head checkpoint; {source} "
+                             f"is {config.attention}")
+        # Every architecture setting at its default (a multi-head config may carry talking
+        # heads settings it never used: dynamic maps would start random), the execution
+        # ones (impl, chunk size, dropout noise) as the config has them.
+        current = config.talking_heads
+        execution = registry.variant("talking_heads").execution_fields
+        settings = type(current)(init=init, **{name: getattr(current, name)
+                                               for name in execution})
+        return config.replace(attention="talking_heads", talking_heads=settings)
+
+    @classmethod
+    def inserted_layer_params(cls, attention_params, config: ModelConfig,
+                              stacked_layers: int | None):
+        """init=identity: P_l = P_w = I, which changes neither the logits nor the weights,
+        so the new model computes exactly the checkpoint's function (tests/test_eval_glue.py
+        checks it). fan_in (or truncated_fan_in): None, each run draws the mixing."""
+        if config.talking_heads.init != "identity":
+            return None
+        eye = np.eye(config.num_heads, dtype=np.float32)
+        if stacked_layers is not None:  # scanned layers: one identity per layer, stacked
+            eye = np.broadcast_to(eye, (stacked_layers, *eye.shape)).copy()
+        return {**attention_params, "logits_mixing": eye, "weights_mixing": eye}
+
     @classmethod
     def logit_heads(cls, config: ModelConfig) -> int:
         th = config.talking_heads

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from attention import registry as attention_registry
 from configs import model as model_configs
 from finetuning import registry
 
@@ -28,8 +29,6 @@ PROTOCOL_ARGS = {
     "init_from": "init_from",
     "max_train": "max_train_examples",
     "init": "init",
-    "insert_th": "insert_talking_heads",
-    "insert_th_init": "insert_th_init",
     "save_model": "save_model",
     "buckets": "length_buckets",
     "group_by_length": "group_by_length",
@@ -58,6 +57,8 @@ def task_args(tasks, task_arg: bool = True) -> dict[str, str]:
     """The short args a config of these tasks takes."""
     names = {"task": "task"} if task_arg else {}
     names.update(PROTOCOL_ARGS)
+    for variant in attention_registry.insertable().values():  # e.g. insert_th
+        names.update(variant.module.insertion.short_args)
     for each in tasks:
         names.update(each.short_args)
     return names
@@ -79,14 +80,13 @@ def protocol(task: str) -> ml_collections.ConfigDict:
     # tokenizer with freshly initialised weights (BERT's init, drawn per fine-tuning seed),
     # i.e. the model without its pretraining.
     config.init = "pretrained"
-    # Fine-tune a multi-head checkpoint as talking heads: P_l and P_w are added to every
-    # layer at the identity, so at step 0 the model computes exactly the checkpoint's
-    # function, and the mixing is then learned with the rest.
-    config.insert_talking_heads = False
-    # The inserted mixing's start: identity (the checkpoint's function at step 0) |
-    # fan_in (N(0, 1/heads) per entry, drawn per fine-tuning seed: what swapping the
-    # talking-heads class into a trained model gives) | truncated_fan_in (the reference's).
-    config.insert_th_init = "identity"
+    # Fine-tune a multi-head checkpoint as another variant: each insertable variant's
+    # fields (attention/*.py, Attention.insertion), e.g. insert_talking_heads and
+    # insert_th_init: see the variant's `insertion.help`.
+    for variant in attention_registry.insertable().values():
+        insertion = variant.module.insertion
+        config[insertion.flag] = False
+        config[insertion.init_field] = insertion.default_init
     config.max_seq_length = 128  # tokens per example, [CLS] and [SEP]s included
     config.batch_size = 32
     config.num_epochs = 3.0

@@ -27,6 +27,11 @@ from finetuning import registry
 GLUE_ARGS = finetune.task_args(registry.in_all())
 
 
+def is_glue_task(name: str) -> bool:
+    """One of GLUE's tasks (the ones task=all runs), by any spelling."""
+    return registry.is_task(name) and registry.get(name).in_all
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     return finetune.get_config(arg, default_task="rte")
 

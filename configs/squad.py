@@ -8,8 +8,9 @@
 BERT's run_squad.py recipe: windows of max_seq_length 384 tokens with doc_stride 128,
 questions cut to max_query_length 64, answers of at most max_answer_length 30 tokens
 from the n_best 20 start and end logits; 2 epochs (tasks/squad_task.py). Everything else
-is the protocol every task shares (configs/finetune.py: batch 32, 10% warm-up then linear decay, the learning-rate grid
-{5e-5, 4e-5, 3e-5, 2e-5}, the best on dev F1 by the mean over seeds) and its settings
+is the protocol every task shares (configs/finetune.py: batch 32, 10% warm-up then
+linear decay, the learning-rate grid {5e-5, 4e-5, 3e-5, 2e-5}, the best on dev F1 by the
+mean over seeds) and its settings
 (init_from / init_from_hf, init=scratch, insert_th, mesh, length buckets, jax_cache)
 mean the same.
 """

@@ -20,7 +20,6 @@ import tokenizers
 
 import input_pipeline
 from attention import registry
-from attention.talking_heads import CHOICES as TH_CHOICES
 from models import BertModel, ModelConfig, layout
 from training import checkpoint_reader, metrics, results
 from training.checkpoints import CheckpointError
@@ -86,11 +85,14 @@ def load_pretrained(config: ml_collections.ConfigDict) -> Pretrained:
         raise CheckpointError(f"{source}: the tokenizer has ids 0..{ids - 1} but the model "
                               f"vocabulary has {model_config.vocab_size}")
     check_params_fit(bert, model_config, source)
-    if config.insert_talking_heads:
-        init = config.insert_th_init
-        model_config, bert = with_talking_heads_inserted(model_config, bert, source, init)
-        where = "at identity" if init == "identity" else f"with {init} mixing"
-        source = f"talking heads inserted {where}: {source}"  # ends PATH@STEP
+    asked = insertion_asked(config)
+    if asked:
+        variant, init = asked
+        model_config, bert = with_inserted(variant, model_config, bert, source, init)
+        new = registry.get(variant).insertion.new_parameters
+        where = "at identity" if init == "identity" else f"with {init} {new}"
+        # e.g. "talking heads inserted at identity: PATH@STEP" (ends PATH@STEP)
+        source = f"{variant.replace('_', ' ')} inserted {where}: {source}"
     if config.init == "scratch":
         # The architecture and tokenizer only: each run initialises every weight itself.
         bert, source = None, results.SCRATCH_START + source
@@ -112,49 +114,44 @@ def fine_tuning_model(model_config: ModelConfig, bert: dict[str, Any], config
     return model_config, layout.to_layout(bert, model_config.scan_layers)
 
 
-def talking_heads_inserted_config(model_config: ModelConfig, source: str,
-                                  init: str = "identity") -> ModelConfig:
-    """The architecture insert_talking_heads fine-tunes: the multi-head checkpoint's, as
-    talking heads (what a table costs such a row at, not its checkpoint's)."""
-    if init not in TH_CHOICES["init"]:  # the talking-heads layer's own inits
-        raise ValueError(f"insert_th_init={init!r} is unknown; choose one of "
-                         f"{', '.join(TH_CHOICES['init'])}")
-    if model_config.attention != "multi_head":
-        raise ValueError(f"insert_talking_heads needs a multi_head checkpoint; {source} is "
-                         f"{model_config.attention}")
-    # Every architecture setting at its default (a multi-head config may carry talking
-    # heads settings it never used: dynamic maps would start random), the execution ones
-    # (impl, chunk size, dropout noise) as the config has them.
-    current = model_config.talking_heads
-    execution = registry.variant("talking_heads").execution_fields
-    settings = type(current)(init=init, **{name: getattr(current, name) for name in execution})
-    return model_config.replace(attention="talking_heads", talking_heads=settings)
+def insertion_asked(config) -> tuple[str, str] | None:
+    """(variant, init) when the config asks for a variant inserted into the checkpoint
+    (the field its Insertion names, e.g. insert_talking_heads); None when it does not."""
+    asked = [(name, v.module.insertion) for name, v in registry.insertable().items()
+             if config.get(v.module.insertion.flag)]
+    if len(asked) > 1:
+        raise ValueError(f"{' and '.join(i.flag for _, i in asked)} are both set; insert "
+                         f"one variant at most")
+    if not asked:
+        return None
+    name, insertion = asked[0]
+    return name, config.get(insertion.init_field) or insertion.default_init
 
 
-def with_talking_heads_inserted(model_config: ModelConfig, bert: dict[str, Any], source: str,
-                                init: str = "identity") -> tuple[ModelConfig, dict[str, Any]]:
-    """A multi-head encoder as talking heads: P_l and P_w added to every layer.
+def inserted_config(variant: str, model_config: ModelConfig, source: str,
+                    init: str | None = None) -> ModelConfig:
+    """The architecture a fine-tuning with `variant` inserted runs (the variant's hook
+    checks the checkpoint and the init)."""
+    module = registry.get(variant)
+    return module.inserted_config(model_config, source, init or module.insertion.default_init)
 
-    init=identity: P_l = P_w = I, which changes neither the logits nor the weights, so
-    the new model computes exactly the checkpoint's function (tests/test_eval_glue.py
-    checks it); fine-tuning then moves the mixing away from I where that helps.
-    fan_in (or truncated_fan_in): the mixing is left out of the returned params, so each
-    fine-tuning run draws it with the rest of its fresh weights (the classifier), from
-    its own seed. Either way this is the "swap the layer into a trained model" route a
-    user takes, as opposed to pretraining talking heads.
-    """
-    model_config = talking_heads_inserted_config(model_config, source, init)
-    if init != "identity":
-        return model_config, bert
-    eye = np.eye(model_config.num_heads, dtype=np.float32)
+
+def with_inserted(variant: str, model_config: ModelConfig, bert: dict[str, Any], source: str,
+                  init: str | None = None) -> tuple[ModelConfig, dict[str, Any]]:
+    """A multi-head encoder as `variant`: its new parameters added to every layer by the
+    variant's hook, or left out (then each fine-tuning run draws them with the rest of its
+    fresh weights, the classifier, from its own seed). Either way this is the "swap the
+    layer into a trained model" route a user takes, as opposed to pretraining it."""
+    module = registry.get(variant)
+    model_config = inserted_config(variant, model_config, source, init)
     encoder = {name: dict(layer) for name, layer in bert["encoder"].items()}
     for name, layer in encoder.items():
         if "attention" in layer:  # a layer; a pre-LN encoder also holds its final norm
-            # Scanned layers hold every layer's matrices stacked: one identity each.
-            mixing = (np.broadcast_to(eye, (model_config.num_layers, *eye.shape)).copy()
-                      if name == layout.STACKED else eye)
-            layer["attention"] = {**layer["attention"], "logits_mixing": mixing,
-                                  "weights_mixing": mixing}
+            stacked = model_config.num_layers if name == layout.STACKED else None
+            params = module.inserted_layer_params(layer["attention"], model_config, stacked)
+            if params is None:  # drawn per run
+                return model_config, bert
+            layer["attention"] = params
     return model_config, {**bert, "encoder": encoder}
 
 

@@ -72,13 +72,13 @@ def get(key: str) -> Task:
     for task in _REGISTRY.values():
         if wanted in (task.key, _spelling(task.name)):
             return task
-    raise KeyError(f"task={key!r} is unknown; choose one of {', '.join(names())}")
+    raise ValueError(f"task={key!r} is unknown; choose one of {', '.join(names())}")
 
 
 def is_task(key: str) -> bool:
     try:
         get(key)
-    except KeyError:
+    except ValueError:
         return False
     return True
 

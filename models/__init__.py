@@ -7,7 +7,7 @@ from models.bert import (
     BertForSequenceClassification,
     BertModel,
 )
-from models.config import ModelConfig, TalkingHeadsConfig
+from models.config import ModelConfig
 
 __all__ = [
     "BertForMaskedLM",
@@ -15,6 +15,5 @@ __all__ = [
     "BertForSequenceClassification",
     "BertModel",
     "ModelConfig",
-    "TalkingHeadsConfig",
     "layout",
 ]

@@ -14,10 +14,6 @@ import jax.numpy as jnp
 from attention import registry
 from common.errors import ConfigError
 
-# The settings dataclass of the talking_heads variant (defined beside it, in
-# attention/talking_heads.py; models/ never imports a variant).
-TalkingHeadsConfig = registry.variant("talking_heads").settings
-
 # Allowed values of the fields chosen by name.
 ATTENTION_IMPLS = ("einsum", "fused")
 NORM_PLACEMENTS = ("post", "pre")

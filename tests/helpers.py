@@ -31,9 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import attention
+from attention.talking_heads import TalkingHeadsConfig
 from configs import pretrain
 from configs.overrides import apply_overrides
-from models import ModelConfig, TalkingHeadsConfig
+from models import ModelConfig
 from training.checkpoint_reader import restore_run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
-"""GLUE fine-tuning end to end (eval_glue.py, finetuning/, tasks/glue_tasks.py) from a tiny pretrained
-run: accuracy, results and submission files, skipping finished runs, resume after
+"""GLUE fine-tuning end to end (eval_glue.py, finetuning/, tasks/glue_tasks.py) from a tiny
+pretrained run: accuracy, results and submission files, skipping finished runs, resume after
 preemption, refused setups, 8 devices against one."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from helpers import SST2_FILLER, SST2_POSITIVE, tiny_run_config, write_run_corpus, write_sst2
 
-from configs import glue as glue_configs
-from models.hf_import import CheckpointError
 import finetuning
+from configs import glue as glue_configs
 from finetuning import batching, suite
-from finetuning import runs as one_run
 from finetuning import pretrained as starts
+from finetuning import runs as one_run
+from models.hf_import import CheckpointError
 from training.cli import Stopped
 from training.pretrain import train_and_evaluate
 
@@ -137,7 +137,6 @@ def test_workdir_of_a_different_checkpoint_is_refused(pretrained_workdir, tmp_pa
 def test_preempted_fine_tuning_resumes_to_the_same_result(pretrained_workdir, tmp_path,
                                                           monkeypatch, grouped):
     """In length buckets (16/24/32 here), with batches grouped by length or not."""
-    import glue
     from training import preemption
 
     glue_dir = tmp_path / "glue"
@@ -180,7 +179,6 @@ def test_a_signal_while_evaluating_stops_resumably_and_the_rerun_only_evaluates(
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    import glue
 
     glue_dir = tmp_path / "glue"
     write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(2))
@@ -252,7 +250,6 @@ def test_grouped_epochs_see_every_example_once_in_length_homogeneous_batches():
 def test_length_buckets_change_the_time_not_the_predictions(pretrained_workdir, tmp_path):
     """Fine-tuning with batches cut to length buckets gives the dev predictions of the
     padded path to 1e-4 (dropout off: it draws by shape)."""
-    import glue
 
     glue_dir = tmp_path / "glue"
     write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(6))
@@ -441,7 +438,7 @@ def test_talking_heads_inserted_into_a_pre_ln_encoder_keep_its_function():
     ids = jax.random.randint(jax.random.key(0), (2, 10), 5, 50)
     bert = BertModel(config).init(jax.random.key(1), ids)["params"]
     assert "final_norm" in bert["encoder"]
-    converted, params = starts.with_talking_heads_inserted(config, bert, "ckpt")
+    converted, params = starts.with_inserted("talking_heads", config, bert, "ckpt")
     outputs = [BertModel(c).apply({"params": p}, ids, None, jnp.ones_like(ids))[0]
                for c, p in ((config, bert), (converted, params))]
     np.testing.assert_allclose(np.asarray(outputs[1]), np.asarray(outputs[0]), atol=1e-5)
@@ -451,12 +448,13 @@ def test_inserted_talking_heads_take_no_leftover_settings_from_the_checkpoint():
     """A multi-head checkpoint's config may hold talking-heads settings it never used
     (dynamic projections, groups): the inserted layers are plain identity mixing, so the
     model is still the checkpoint's function, not one with fresh dynamic maps."""
-    from models import ModelConfig, TalkingHeadsConfig
+    from attention.talking_heads import TalkingHeadsConfig
+    from models import ModelConfig
 
     leftover = TalkingHeadsConfig(dynamic_projections="x2l+m2w", groups=2, impl="chunked")
     config = ModelConfig(num_layers=1, hidden_size=32, num_heads=4, mlp_dim=64,
                          talking_heads=leftover)
-    converted, _ = starts.with_talking_heads_inserted(
+    converted, _ = starts.with_inserted("talking_heads",
         config, {"encoder": {"layer_0": {"attention": {}}}}, "ckpt")
     assert converted.talking_heads == TalkingHeadsConfig(init="identity", impl="chunked")
 
@@ -474,7 +472,7 @@ def test_talking_heads_inserted_with_fan_in_mixing_draw_it_per_fine_tuning_seed(
                          vocab_size=50, max_position_embeddings=16)
     ids = jax.random.randint(jax.random.key(0), (2, 10), 5, 50)
     bert = nn.unbox(BertModel(config).init(jax.random.key(1), ids)["params"])
-    converted, params = starts.with_talking_heads_inserted(config, bert, "ckpt", "fan_in")
+    converted, params = starts.with_inserted("talking_heads", config, bert, "ckpt", "fan_in")
     assert converted.attention == "talking_heads"
     assert converted.talking_heads.init == "fan_in"
     assert "logits_mixing" not in params["encoder"]["layer_0"]["attention"]
@@ -491,11 +489,11 @@ def test_talking_heads_inserted_with_fan_in_mixing_draw_it_per_fine_tuning_seed(
                                       bert["encoder"]["layer_1"]["attention"]["query"]["kernel"])
     assert not np.allclose(draws[0], draws[1])
     assert np.std(np.concatenate(draws)) == pytest.approx(1 / 4, rel=0.15)  # 1/sqrt(16)
-    _, identity = starts.with_talking_heads_inserted(config, bert, "ckpt", "identity")
+    _, identity = starts.with_inserted("talking_heads", config, bert, "ckpt", "identity")
     np.testing.assert_array_equal(identity["encoder"]["layer_0"]["attention"]["weights_mixing"],
                                   np.eye(16))
     with pytest.raises(ValueError, match="insert_th_init='orthogonal' is unknown"):
-        starts.with_talking_heads_inserted(config, bert, "ckpt", "orthogonal")
+        starts.with_inserted("talking_heads", config, bert, "ckpt", "orthogonal")
 
 
 @pytest.mark.slow
@@ -521,7 +519,7 @@ def test_insert_talking_heads_refuses_a_talking_heads_checkpoint():
     config = ModelConfig(attention="talking_heads", num_layers=1, hidden_size=32,
                          num_heads=2, mlp_dim=64)
     with pytest.raises(ValueError, match="needs a multi_head checkpoint; ckpt is talking"):
-        starts.with_talking_heads_inserted(config, {}, "ckpt")
+        starts.with_inserted("talking_heads", config, {}, "ckpt")
 
 
 @pytest.mark.slow
@@ -538,7 +536,6 @@ def test_pretrained_fine_tuning_starts_from_exactly_the_checkpoints_encoder(
     import jax.numpy as jnp
     from helpers import final_params
 
-    import glue
     from models import BertForSequenceClassification
 
     glue_dir = tmp_path / "glue"
@@ -578,7 +575,6 @@ def test_from_scratch_fine_tuning_starts_from_a_fresh_encoder(pretrained_workdir
     import jax
     import jax.numpy as jnp
 
-    import glue
     from models import BertForSequenceClassification
 
     glue_dir = tmp_path / "glue"

@@ -19,8 +19,8 @@ from helpers import (
     write_squad_dir,
 )
 
-from configs import squad as squad_configs
 import finetuning
+from configs import squad as squad_configs
 from training.cli import Stopped
 from training.pretrain import train_and_evaluate
 

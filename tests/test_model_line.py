@@ -8,7 +8,8 @@ import types
 import jax
 import numpy as np
 
-from models.config import ModelConfig, TalkingHeadsConfig, describe_attention
+from attention.talking_heads import TalkingHeadsConfig
+from models.config import ModelConfig, describe_attention
 from training import metrics, pretrain
 
 

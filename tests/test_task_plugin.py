@@ -13,7 +13,14 @@ import textwrap
 
 import numpy as np
 import pytest
-from helpers import REPO, SST2_FILLER, SST2_NEGATIVE, SST2_POSITIVE, tiny_run_config, write_run_corpus
+from helpers import (
+    REPO,
+    SST2_FILLER,
+    SST2_NEGATIVE,
+    SST2_POSITIVE,
+    tiny_run_config,
+    write_run_corpus,
+)
 
 from training.pretrain import train_and_evaluate
 
@@ -156,11 +163,39 @@ def test_a_task_in_its_own_file_is_fine_tuned_scored_recorded_and_resumed(tmp_pa
     assert "stopped: SIGTERM: saved Polarity lr=0.003 seed=0 at step" in again.stdout
     assert json.loads((resumed / "results.json").read_text())["tasks"] == results["tasks"]
 
-    # Without the file named, the task does not exist: one error naming the choices.
-    missing = subprocess.run(
-        [sys.executable, "finetune.py", "--config", f"configs/finetune.py:{arg}",
-         "--workdir", str(tmp_path / "none")], cwd=REPO,
-        env={k: v for k, v in env.items() if k != "FINETUNING_TASKS"},
-        capture_output=True, text=True, timeout=120)
-    assert missing.returncode != 0 and "unknown task 'polarity'" in missing.stderr
-    assert "sst2" in missing.stderr and not (tmp_path / "none").exists()
+    # Without the file named (this process never read FINETUNING_TASKS), the task does
+    # not exist: one error naming the choices.
+    from configs import finetune
+
+    with pytest.raises(ValueError, match=r"unknown task 'polarity'; use all or a list of .*sst2"):
+        finetune.get_config(arg)
+
+
+def test_the_sweep_runs_a_plug_in_task_through_finetune_py(tmp_path):
+    """scripts/sweep.py --glue_tasks reads the task registry: a task in its own file is
+    one more fine-tuning job per run, run by finetune.py with the row's fine-tuning args;
+    an unknown name is one error line naming the registered tasks."""
+    import shlex
+
+    task_file = tmp_path / "polarity_task.py"
+    task_file.write_text(textwrap.dedent(TOY_TASK))
+    out = tmp_path / "out"
+    env = dict(os.environ, FINETUNING_TASKS=str(task_file), XLA_FLAGS="", JAX_PLATFORMS="cpu")
+    args = ["scripts/sweep.py", "--grid=talking_heads_cpu", f"--out={out}", "--dry_run",
+            "--glue_tasks=sst2,polarity", "--glue_args=seeds=2"]
+    planned = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert planned.returncode == 0, planned.stderr
+    commands = [shlex.split(x) for x in planned.stdout.splitlines()
+                if x.startswith(sys.executable)]
+    polarity = [c for c in commands if c[1] == "finetune.py"]
+    glue_jobs = [c for c in commands if c[1] == "eval_glue.py"]
+    assert polarity and len(polarity) == len(glue_jobs)  # one per run
+    assert polarity[0][2:4] == ["--config", "configs/finetune.py:task=Polarity,seeds=2"]
+    assert not out.exists()
+
+    env.pop("FINETUNING_TASKS")
+    unknown = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert unknown.returncode != 0 and "unknown; choose one of" in unknown.stderr
+    assert "squad" in unknown.stderr and not out.exists()

@@ -247,8 +247,8 @@ class TaskSummary:
     @classmethod
     def from_runs(cls, task: Any, runs: list[RunResult],
                   majority: dict[str, float] | None = None) -> TaskSummary:
-        """`task`: a finetuning.Task (or a glue.GlueTask, squad.TASK). Learning rates are ranked by their mean
-        main score; ties go to the one run first."""
+        """`task`: a finetuning.Task (or a glue.GlueTask, squad.TASK). Learning rates are
+        ranked by their mean main score; ties go to the one run first."""
         by_lr: dict[float, list[RunResult]] = {}
         for run in runs:
             by_lr.setdefault(run.learning_rate, []).append(run)
