@@ -71,7 +71,10 @@ def axis_label(metric: Metric) -> tuple[str, bool]:
         return "average dev score (x100)", True
     from finetuning import registry  # the task of a column: GLUE's, SQuAD or a plug-in
 
-    task = registry.get(metric.key.split("-m")[0])
+    name = metric.key.split("-m")[0]
+    if not registry.is_task(name):  # SQuAD's EM column, a plug-in's per-split column
+        return "dev score (x100)", True
+    task = registry.get(name)
     unit = "%" if task.main_metric in ("accuracy", "f1") else "x100"
     return f"dev {task.main_metric} ({unit})", True
 

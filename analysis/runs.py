@@ -295,7 +295,11 @@ def build_metrics(results: list[RowResult]) -> tuple[list[Metric], list[str]]:
     per_row = [set().union(*(r.glue for r in rr.runs)) for rr in results]
     with_glue = [tasks for tasks in per_row if tasks]
     tasks = task_order(set().union(*with_glue)) if with_glue else []
-    common = set.intersection(*with_glue) - NOT_AVERAGED if with_glue else set()
+    # Only GLUE's tasks are averaged (not WNLI, SQuAD or a plug-in task's columns).
+    glue_columns = {glue.score_name(t, split) for t in glue.TASKS.values() for split in
+                    t.dev_splits}
+    common = (set.intersection(*with_glue) & glue_columns) - NOT_AVERAGED \
+        if with_glue else set()
     averaged = task_order(common)
     metrics = [*MLM_METRICS, *(Metric(COLUMN_NAMES.get(t, t), "task", t) for t in tasks)]
     if len(averaged) > 1:

@@ -186,11 +186,16 @@ def plugin_step(task: str, label: str, row_glue_args: str, settings: Settings, w
 
     arg = sweep_grids.join_args(f"task={task}", row_glue_args)
     config = finetune_configs.get_config(arg)  # a bad arg fails here, before any launch
+    # The sweep's --glue_overrides that this task's config has (write_test_predictions
+    # and other GLUE-only fields are GLUE's), applied here too so "finished" counts the
+    # same seeds and rates the run will.
+    own = [o for o in settings.glue_overrides
+           if overrides.split_override(o)[0].split(".")[0] in config]
+    overrides.apply_overrides(config, own)
     return Step(
         label=f"{label} {task}",
         argv=("finetune.py", "--config", f"configs/finetune.py:{arg}", "--workdir", workdir,
-              f"--config.init_from={pretrain_workdir}",
-              *(f"--config.{o}" for o in settings.glue_overrides)),
+              f"--config.init_from={pretrain_workdir}", *(f"--config.{o}" for o in own)),
         workdir=workdir, log=os.path.join(workdir, FINETUNE_LOG),
         target=results.GlueTarget(workdir, task, init_step,
                                   tuple(float(lr) for lr in config.learning_rates),
@@ -290,11 +295,27 @@ def child_env(settings: Settings) -> dict[str, str]:
     the default (programs over 1 s) would skip exactly those small programs.
     """
     env = dict(os.environ)
+    env.update(plugin_variables())
     if settings.jax_cache:
         env["JAX_COMPILATION_CACHE_DIR"] = settings.jax_cache
         env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
         env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
     return env
+
+
+# Plug-in variants and tasks named by file: the runs (which start in the repository root,
+# or on a cluster node) need them as the sweep saw them.
+PLUGIN_VARIABLES = ("ATTENTION_PLUGINS", "FINETUNING_TASKS")
+
+
+def plugin_variables() -> dict[str, str]:
+    """The plug-in variables set here, their paths made absolute."""
+    out = {}
+    for name in PLUGIN_VARIABLES:
+        paths = [p.strip() for p in os.environ.get(name, "").split(os.pathsep) if p.strip()]
+        if paths:
+            out[name] = os.pathsep.join(os.path.abspath(os.path.expanduser(p)) for p in paths)
+    return out
 
 
 def run_step(step: Step, python: str, env: dict[str, str]) -> tuple[int, float]:
@@ -428,6 +449,8 @@ def run_script(run: Run, settings: Settings, python: str) -> str:
             ("JAX_COMPILATION_CACHE_DIR", settings.jax_cache),
             ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0"),
             ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")))
+    plugins = "\n".join(f"export {k}=${{{k}:-{q(v)}}}" for k, v in plugin_variables().items())
+    cache = "\n".join(part for part in (cache, plugins) if part)
     label = run.row.name if run.seed is None else f"{run.row.name} seed {run.seed}"
     lines = [SCRIPT_HEADER.format(label=label, repo=q(REPO), python=q(python), cache=cache)]
     for step, on_failure in ((run.pretrain, "exit 1"), *((s, "status=1") for s in run.glue)):

@@ -201,8 +201,10 @@ class Attention(nn.Module):
     @classmethod
     def inserted_config(cls, config: ModelConfig, source: str, init: str) -> ModelConfig:
         """The architecture a fine-tuning of `source` (a checkpoint of `config`) runs
-        with this variant inserted, its new parameters starting from `init`."""
-        raise ConfigError(f"{config.attention}: no variant insertion is defined")
+        with this variant inserted, its new parameters starting from `init` (one of
+        `insertion.inits`, checked before the call). A variant with `insertion` defines it."""
+        raise ConfigError(f"{cls.__name__} defines no inserted_config: it cannot be inserted "
+                          f"into a trained model")
 
     @classmethod
     def inserted_layer_params(cls, attention_params: dict[str, Any], config: ModelConfig,
@@ -210,8 +212,11 @@ class Attention(nn.Module):
         """One layer's attention parameters with the variant's new ones added (config:
         the inserted architecture; stacked_layers: the scanned layout's layer count, whose
         arrays carry it as a leading axis); None: the new parameters are left out, so each
-        fine-tuning run draws them with its fresh weights, from its own seed."""
-        return None
+        fine-tuning run draws them with its fresh weights, from its own seed. A variant
+        with `insertion` defines it (no default: an identity init left out would start
+        random while the run says "at identity")."""
+        raise ConfigError(f"{cls.__name__} defines no inserted_layer_params: it cannot be "
+                          f"inserted into a trained model")
 
     # -- shared steps ----------------------------------------------------------
     def project(self, x: Array, name: str, heads: int, size: int) -> Array:

@@ -223,9 +223,6 @@ class TalkingHeadsAttention(Attention):
     def inserted_config(cls, config: ModelConfig, source: str, init: str) -> ModelConfig:
         """The multi-head checkpoint's architecture as talking heads (what a table costs
         such a row at, not its checkpoint's)."""
-        if init not in CHOICES["init"]:  # the talking-heads layer's own inits
-            raise ValueError(f"insert_th_init={init!r} is unknown; choose one of "
-                             f"{', '.join(CHOICES['init'])}")
         if config.attention != "multi_head":
             raise ValueError(f"insert_talking_heads needs a multi_head checkpoint; {source} "
                              f"is {config.attention}")

@@ -1,6 +1,6 @@
 """The fine-tuning config of any registered task (finetuning/registry.py).
 
-  python eval_glue.py --config configs/finetune.py:task=sst2 --workdir DIR \
+  python finetune.py --config configs/finetune.py:task=sst2 --workdir DIR \
       --config.init_from=PRETRAIN_WORKDIR --config.glue_dir=../shared/data/glue
 
 The protocol every task shares (BERT's fine-tuning: batch 32, 3 epochs, 10% warm-up then
@@ -12,6 +12,8 @@ configs/squad.py are this file with their task set.
 """
 
 from __future__ import annotations
+
+import copy
 
 import ml_collections
 
@@ -37,30 +39,58 @@ PROTOCOL_ARGS = {
 
 
 def get_config(arg: str | None = None, default_task: str = "rte",
-               task_arg: bool = True) -> ml_collections.ConfigDict:
-    """`task_arg`: whether ARG may name the task (configs/squad.py fixes it)."""
+               task_arg: bool = True, glue_only: bool = False) -> ml_collections.ConfigDict:
+    """`task_arg`: whether ARG may name the task (configs/squad.py fixes it); `glue_only`:
+    only the tasks task=all runs (configs/glue.py)."""
     args = model_configs.parse_arg(arg)
     task = str(args.pop("task", default_task)) if task_arg else default_task
     tasks = registry.resolve(task)  # an unknown task: one error naming the choices
+    if glue_only and not all(each.in_all for each in tasks):
+        other = next(each for each in tasks if not each.in_all)
+        raise ValueError(f"task={task}: {other.name} is not a GLUE task; use "
+                         f"configs/finetune.py:task={other.key} (finetune.py)")
     names = task_args(tasks, task_arg)
     unknown = sorted(set(args) - set(names))
     if unknown:
         raise ValueError(f"unknown config arg(s) {unknown}; allowed: {sorted(names)}")
     config = protocol(task)
-    for each in tasks:
-        for field, default in each.config_fields.items():
-            config[field] = default
+    for field, default in task_fields(tasks).items():
+        config[field] = default
     return apply_args(config, args, names)
 
 
-def task_args(tasks, task_arg: bool = True) -> dict[str, str]:
-    """The short args a config of these tasks takes."""
-    names = {"task": "task"} if task_arg else {}
-    names.update(PROTOCOL_ARGS)
-    for variant in attention_registry.insertable().values():  # e.g. insert_th
-        names.update(variant.module.insertion.short_args)
+def task_fields(tasks) -> dict:
+    """The fields these tasks add, each a fresh copy (a placeholder shared between
+    configs would tie them together). Tasks run in one invocation share one config, so
+    they must be of one kind (GLUE's together): fields that differ are refused."""
+    kinds = {type(each) for each in tasks}
+    if len(kinds) > 1:
+        raise ValueError(f"task={'/'.join(each.key for each in tasks)}: tasks of different "
+                         f"kinds share no config (their fields and protocol differ); "
+                         f"fine-tune them in separate invocations")
+    fields = {}
     for each in tasks:
-        names.update(each.short_args)
+        for field, default in each.config_fields.items():
+            fields[field] = copy.deepcopy(default)
+    return fields
+
+
+def task_args(tasks, task_arg: bool = True) -> dict[str, str]:
+    """The short args a config of these tasks takes; one that two sources define
+    differently (a task's or a variant's against the protocol's) is refused."""
+    names = {"task": "task"} if task_arg else {}
+    sources = [("the protocol", PROTOCOL_ARGS)]
+    sources += [(f"attention {name}", variant.module.insertion.short_args)  # e.g. insert_th
+                for name, variant in attention_registry.insertable().items()]
+    sources += [(f"task {each.key}", each.short_args) for each in tasks]
+    owner = {}
+    for source, args in sources:
+        for arg, field in args.items():
+            if arg in names and names[arg] != field:
+                raise ValueError(f"short config arg {arg!r} of {source} ({field}) is also "
+                                 f"{owner.get(arg, 'the task arg')}'s ({names[arg]}); "
+                                 f"rename one")
+            names[arg], owner[arg] = field, source
     return names
 
 

@@ -33,5 +33,5 @@ def is_glue_task(name: str) -> bool:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    return finetune.get_config(arg, default_task="rte")
+    return finetune.get_config(arg, default_task="rte", glue_only=True)
 

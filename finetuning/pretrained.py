@@ -133,7 +133,12 @@ def inserted_config(variant: str, model_config: ModelConfig, source: str,
     """The architecture a fine-tuning with `variant` inserted runs (the variant's hook
     checks the checkpoint and the init)."""
     module = registry.get(variant)
-    return module.inserted_config(model_config, source, init or module.insertion.default_init)
+    insertion = module.insertion
+    init = init or insertion.default_init
+    if init not in insertion.inits:
+        raise ValueError(f"{insertion.init_field}={init!r} is unknown; choose one of "
+                         f"{', '.join(insertion.inits)}")
+    return module.inserted_config(model_config, source, init)
 
 
 def with_inserted(variant: str, model_config: ModelConfig, bert: dict[str, Any], source: str,

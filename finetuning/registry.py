@@ -2,8 +2,10 @@
 
 Adding a task is one file: a module in tasks/ (found by listing the folder, nothing to
 import by hand) or a .py file anywhere named in the environment variable
-FINETUNING_TASKS (paths separated by os.pathsep), which calls
-`finetuning.register(MyTask())`. See finetuning/task.py for what a task supplies.
+FINETUNING_TASKS (paths separated by os.pathsep; set it for every command that reads the
+task: fine-tuning, sweeps, tables), which calls `finetuning.register(MyTask())`. See
+finetuning/task.py for what a task supplies. A name is matched in any case, with or
+without '-' and '_' (sst2, SST-2, sst_2), so two tasks may not share one that way.
 """
 
 from __future__ import annotations
@@ -18,46 +20,79 @@ from finetuning.task import Task
 
 PLUGINS_VARIABLE = "FINETUNING_TASKS"
 _REGISTRY: dict[str, Task] = {}
-_discovered = False
-
-
-def register(task: Task) -> Task:
-    """Adds `task` under task.key; a key registered twice is an error (two files)."""
-    if not task.key or task.key != task.key.lower():
-        raise ValueError(f"{task!r}: a task's key is its lower-case config name")
-    if task.key in _REGISTRY and _REGISTRY[task.key] is not task:
-        raise ValueError(f"fine-tuning task {task.key!r} registered twice")
-    _REGISTRY[task.key] = task
-    return task
-
-
-def _import_plugin(path: str) -> None:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{PLUGINS_VARIABLE}: {path} is not a file")
-    name = "finetuning_task_" + os.path.splitext(os.path.basename(path))[0]
-    if name in sys.modules:
-        return
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-
-
-def _discover() -> None:
-    """Imports every module of tasks/ and every file of FINETUNING_TASKS (once)."""
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
-    tasks_package = importlib.import_module("tasks")  # above this package: imported, not named
-    for module in pkgutil.iter_modules(tasks_package.__path__):
-        importlib.import_module(f"tasks.{module.name}")
-    for path in filter(None, os.environ.get(PLUGINS_VARIABLE, "").split(os.pathsep)):
-        _import_plugin(path)
+# Where the search stands: "not yet", "done", or the error it stopped on (raised again on
+# every later call: the list is incomplete).
+_search: str | BaseException = "not yet"
+_loading = ""  # the module or file being imported (named when a task is registered twice)
 
 
 def _spelling(name: str) -> str:
     return name.strip().lower().replace("-", "").replace("_", "")
+
+
+def register(task: Task) -> Task:
+    """Adds `task` under task.key; a key or name that another task already answers to
+    (in any spelling), or 'all', is an error naming both."""
+    if not task.key or task.key != task.key.lower():
+        raise ValueError(f"{task!r}: a task's key is its lower-case config name")
+    spellings = {_spelling(task.key), _spelling(task.name or task.key)}
+    if "all" in spellings:
+        raise ValueError(f"{task!r}: 'all' is task=all (GLUE's nine), not a task's name")
+    for other in _REGISTRY.values():
+        if other is not task and spellings & {_spelling(other.key), _spelling(other.name)}:
+            raise ValueError(f"fine-tuning task {task.key!r} ({task.name}, from "
+                             f"{_loading or type(task).__module__}) and {other.key!r} "
+                             f"({other.name}, from {type(other).__module__}) share a name")
+    _REGISTRY[task.key] = task
+    return task
+
+
+def plugin_paths() -> list[str]:
+    """The files FINETUNING_TASKS names, in its order (empty entries skipped)."""
+    listed = os.environ.get(PLUGINS_VARIABLE, "")
+    return [os.path.expanduser(p.strip()) for p in listed.split(os.pathsep) if p.strip()]
+
+
+def load_plugin(path: str) -> None:
+    """Imports one plug-in file by its path; it must register at least one task."""
+    if not os.path.isfile(path):
+        raise ValueError(f"{PLUGINS_VARIABLE}: {path!r} is not a file")
+    if not path.endswith(".py"):
+        raise ValueError(f"{PLUGINS_VARIABLE}: {path!r} is not a .py file")
+    name = f"finetuning_task_{os.path.splitext(os.path.basename(path))[0]}"
+    if name in sys.modules:
+        raise ValueError(f"{PLUGINS_VARIABLE}: two plug-ins named "
+                         f"{os.path.basename(path)!r}; rename one")
+    before = set(_REGISTRY)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    if set(_REGISTRY) == before:
+        raise ValueError(f"{PLUGINS_VARIABLE}: {path} registers no task (call "
+                         f"finetuning.register(YourTask()))")
+
+
+def _discover() -> None:
+    """Imports every module of tasks/ and every file of FINETUNING_TASKS (once; a failure
+    is raised again on every later call)."""
+    global _search, _loading
+    if _search == "done":
+        return
+    if isinstance(_search, BaseException):
+        raise _search
+    try:
+        tasks_package = importlib.import_module("tasks")  # above this package: not named
+        for module in pkgutil.iter_modules(tasks_package.__path__):
+            _loading = f"tasks.{module.name}"
+            importlib.import_module(_loading)
+        for path in plugin_paths():
+            _loading = path
+            load_plugin(path)
+    except BaseException as error:
+        _search = error
+        raise
+    _loading, _search = "", "done"
 
 
 def names() -> tuple[str, ...]:
@@ -70,7 +105,7 @@ def get(key: str) -> Task:
     _discover()
     wanted = _spelling(key)
     for task in _REGISTRY.values():
-        if wanted in (task.key, _spelling(task.name)):
+        if wanted in (_spelling(task.key), _spelling(task.name)):
             return task
     raise ValueError(f"task={key!r} is unknown; choose one of {', '.join(names())}")
 
@@ -84,7 +119,7 @@ def is_task(key: str) -> bool:
 
 
 def in_all() -> list[Task]:
-    """What task=all runs: every task that says it belongs (GLUE's nine)."""
+    """What task=all runs: GLUE's nine (Task.in_all)."""
     _discover()
     return [task for task in _REGISTRY.values() if task.in_all]
 

@@ -52,7 +52,7 @@ def finetune_run(task: Task, pretrained: Pretrained, data: TaskData,
     """One (task, lr, seed) run on the mesh, with pretraining's sharded state, optimizer
     builder and train step (training/steps.py) and the task's head and objective.
 
-    A SIGTERM/SIGINT (`preemption`: eval_glue.py's flag; None: this run's own) at any
+    A SIGTERM/SIGINT (`preemption`: the invocation's flag; None: this run's own) at any
     moment, training or evaluating, saves the run's state and raises Stopped; the rerun
     continues from it (after training, only the evaluation is redone)."""
     done = results.RunResult.read(run_dir)

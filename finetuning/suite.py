@@ -44,6 +44,7 @@ IDENTITY = results.FINE_TUNING_IDENTITY
 def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, Any]:
     """Every task of config.task on the mesh of config.mesh (over `devices`, default all)."""
     tasks = registry.resolve(config.task)
+    check_config_has_task_fields(config, tasks)
     length_buckets(config.length_buckets, config.max_seq_length)  # a bad spec: fail first
     if config.save_model not in SAVE_MODEL:
         raise ValueError(f"save_model={config.save_model!r} is unknown; choose one of "
@@ -55,7 +56,14 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
 
 def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list[Task],
          mesh_and_rules, preemption: PreemptionFlag) -> dict[str, Any]:
-    read = [task.read(config) for task in tasks]  # a broken file fails before the model
+    read, skipped = {}, {}
+    for task in tasks:  # a broken file fails before the model is loaded
+        try:
+            read[task.key] = task.read(config)
+        except task.data_errors as e:
+            if len(tasks) == 1:
+                raise
+            skipped[task.key] = e
     pretrained = load_pretrained(config)
     check_workdir_identity(workdir, pretrained, config)
     tokenizer_dir = os.path.join(workdir, TOKENIZER)
@@ -65,12 +73,14 @@ def _run(config: ml_collections.ConfigDict, workdir: str, tasks: list[Task],
     # Tasks fine-tuned (or skipped) by earlier invocations in this workdir stay in the table.
     suite = results.FineTuningResults.continued(pretrained.source,
                                                 results.FineTuningResults.read(workdir))
-    for task, task_read in zip(tasks, read, strict=True):
+    for task in tasks:
         if preemption.requested():
             raise Stopped(f"{preemption.signal_name}: stopped before {task.name} (finished "
                           f"runs are saved); rerun the same command to continue")
         try:
-            data = task.encode(task_read, config, pretrained.tokenizer)
+            if task.key in skipped:
+                raise skipped[task.key]
+            data = task.encode(read[task.key], config, pretrained.tokenizer)
         except task.data_errors as e:
             if len(tasks) == 1:
                 raise
@@ -116,9 +126,23 @@ def run_grid(task: Task, pretrained: Pretrained, data: TaskData, config, workdir
     return summary
 
 
-def identity_keys() -> set[str]:
-    """Config fields any registered task binds a workdir to (SQuAD's windows)."""
-    return {key for name in registry.names() for key in registry.get(name).identity_keys}
+def check_config_has_task_fields(config, tasks: list[Task]) -> None:
+    """A config built for one task and pointed at another (--config.task=...) lacks the
+    other's fields or carries a protocol meant for another kind of task: refused."""
+    for task in tasks:
+        missing = [field for field in task.config_fields if field not in config]
+        if missing:
+            raise ValueError(f"task={config.task}: the config has no {missing[0]} (a field "
+                             f"of {task.name}); build it with "
+                             f"--config configs/finetune.py:task={task.key}")
+    if len({type(task) for task in tasks}) > 1:
+        raise ValueError(f"task={config.task}: tasks of different kinds share no config; "
+                         f"fine-tune them in separate invocations")
+
+
+def identity_keys(config) -> set[str]:
+    """Config fields the config's tasks bind a workdir to (SQuAD's windows)."""
+    return {key for task in registry.resolve(config.task) for key in task.identity_keys}
 
 
 def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None:
@@ -139,7 +163,7 @@ def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None
     dropout_prng = steps.dropout_prng_identity(config.get("dropout_prng"))
     if dropout_prng != steps.DEFAULT_DROPOUT_PRNG:
         identity["dropout_prng"] = dropout_prng
-    for key in sorted(identity_keys()):
+    for key in sorted(identity_keys(config)):
         if key in config:
             identity[key] = config[key]
     path = os.path.join(workdir, IDENTITY)
@@ -152,7 +176,7 @@ def check_workdir_identity(workdir: str, pretrained: Pretrained, config) -> None
             changed = sorted(k for k in set(identity) | set(saved) if json.dumps(
                 saved.get(k), default=str) != json.dumps(identity.get(k), default=str))
             raise ValueError(
-                f"{workdir} holds GLUE runs of a different setup ({', '.join(changed)} "
+                f"{workdir} holds fine-tuning runs of a different setup ({', '.join(changed)} "
                 f"changed); use a new --workdir"
             )
         return

@@ -1,5 +1,5 @@
 """GLUE data and metrics: task registry, TSV and hub readers, encoding, metrics, submissions
-(results.md's table, which reads training's records, is training/glue_report.py).
+(results.md's table is tasks/glue_report.py's; the fine-tuning task is tasks/glue_tasks.py).
 
 Data flow: task -> examples (`read_split` from the GLUE TSV folder
 or `load_hub_split` from the Hugging Face hub) -> `encode_examples` -> model ->

@@ -24,7 +24,7 @@ from absl import app, flags, logging
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 FLAGS = flags.FLAGS
-# `with mesh:` as training/finetune.py uses it; JAX's deprecation note is shown only for
+# `with mesh:` as finetuning/runs.py uses it; JAX's deprecation note is shown only for
 # code in __main__, and is not a result.
 warnings.filterwarnings("ignore", message=".*context manager has been deprecated",
                         category=DeprecationWarning)

@@ -30,7 +30,7 @@ def write_json(path, value) -> None:
 
 def fake_run(run_dir, arg: str, seed: int, eval_loss: float,
              glue_scores: dict[str, dict[float, dict[int, float]]]) -> None:
-    """A finished run in the formats training/pretrain.py and training/finetune.py write.
+    """A finished run in the formats training/pretrain.py and finetuning/ write.
 
     glue_scores: task -> learning rate -> {fine-tuning seed: main dev score}.
     """

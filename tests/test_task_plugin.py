@@ -151,6 +151,7 @@ def test_a_task_in_its_own_file_is_fine_tuned_scored_recorded_and_resumed(tmp_pa
     results = json.loads((straight / "results.json").read_text())
     summary = results["tasks"]["Polarity"]
     assert set(summary["scores"]) == {"Polarity/accuracy", "Polarity/positive_share"}
+    assert summary["metric"] == "accuracy"  # readers cannot look a plug-in up by name
     run = json.loads((straight / "Polarity" / "lr0.003_seed0" / "result.json").read_text())
     assert run["steps"] == 6 and run["main"] == summary["main"]["Polarity"]  # 96 / 16
     assert (straight / "results.md").read_text().startswith("| model | Polarity |")
@@ -199,3 +200,64 @@ def test_the_sweep_runs_a_plug_in_task_through_finetune_py(tmp_path):
                              text=True, timeout=120)
     assert unknown.returncode != 0 and "unknown; choose one of" in unknown.stderr
     assert "squad" in unknown.stderr and not out.exists()
+
+
+def test_configs_of_several_tasks_are_their_own_and_of_one_kind(tmp_path):
+    """task=all builds (the tasks share their fields' defaults, not the fields); a value set
+    on one config does not reach the next; tasks of different kinds, a GLUE config naming
+    SQuAD, and a config pointed at another task with --config.task are refused."""
+    import finetuning
+    from configs import finetune, glue, squad
+
+    every = glue.get_config("task=all")
+    assert every.task == "all" and every.glue_dir is None
+    every.glue_dir = str(tmp_path)
+    assert glue.get_config("task=sst2/rte").glue_dir is None
+    questions = squad.get_config()
+    questions.squad_dir = str(tmp_path)
+    assert squad.get_config().squad_dir is None
+    with pytest.raises(ValueError, match="tasks of different kinds share no config"):
+        finetune.get_config("task=sst2/squad")
+    with pytest.raises(ValueError, match="SQuAD is not a GLUE task"):
+        glue.get_config("task=squad")
+    questions.task = "sst2"
+    with pytest.raises(ValueError, match=r"has no glue_dir .*configs/finetune.py:task=sst2"):
+        finetuning.run(questions, str(tmp_path / "never"))
+    assert not (tmp_path / "never").exists()
+
+
+def with_plug_ins(tmp_path, files: dict[str, str], code: str) -> subprocess.CompletedProcess:
+    """Runs `code` in a process whose FINETUNING_TASKS names `files` (name -> source)."""
+    paths = []
+    for name, source in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(source))
+        paths.append(str(tmp_path / name))
+    env = dict(os.environ, FINETUNING_TASKS=os.pathsep.join(paths), JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+NAMED = """
+from finetuning import Task, register
+class Named(Task):
+    key, name, main_metric = {key!r}, {name!r}, "accuracy"
+register(Named())
+"""
+
+
+def test_plug_in_names_in_any_spelling_and_their_collisions(tmp_path):
+    found = with_plug_ins(tmp_path, {"mine.py": NAMED.format(key="my_task", name="My-Task")},
+                          "import finetuning; print(finetuning.get('my-task').key, "
+                          "finetuning.get('MY_TASK').name)")
+    assert found.returncode == 0 and found.stdout.split() == ["my_task", "My-Task"], found.stderr
+    clash = with_plug_ins(tmp_path, {"clash.py": NAMED.format(key="sst_2", name="Other")},
+                          "import finetuning; finetuning.names()")
+    assert clash.returncode != 0 and "share a name" in clash.stderr and "clash.py" in clash.stderr
+    twice = with_plug_ins(tmp_path, {"a/same.py": NAMED.format(key="one", name="One"),
+                                     "b/same.py": NAMED.format(key="two", name="Two")},
+                          "import finetuning; finetuning.names()")
+    assert twice.returncode != 0 and "two plug-ins named 'same.py'" in twice.stderr
+    empty = with_plug_ins(tmp_path, {"empty.py": "x = 1\n"},
+                          "import finetuning; finetuning.names()")
+    assert empty.returncode != 0 and "registers no task" in empty.stderr

@@ -243,6 +243,10 @@ class TaskSummary:
     # score name -> main dev score of always predicting the majority training label
     # (glue.metrics.majority_baseline); empty in files written before it was recorded
     majority: dict[str, float] = dataclasses.field(default_factory=dict)
+    # The main metric of a plug-in task (finetuning/registry.py), which readers cannot look
+    # up by name; "" (and not written) for GLUE's tasks and SQuAD, whose files keep their
+    # layout.
+    metric: str = ""
 
     @classmethod
     def from_runs(cls, task: Any, runs: list[RunResult],
@@ -270,15 +274,20 @@ class TaskSummary:
                                  for lr, rs in sorted(by_lr.items())},
             best_run=max(best, key=lambda r: r.main).seed,
             majority=dict(majority or {}),
+            metric="" if _known_task(task.name) else task.main_metric,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        value = dataclasses.asdict(self)
+        if not value["metric"]:
+            del value["metric"]
+        return value
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> TaskSummary:
         fields = {f.name: value[f.name] for f in dataclasses.fields(cls)
-                  if f.name in value or f.default_factory is dataclasses.MISSING}
+                  if f.name in value or (f.default_factory is dataclasses.MISSING
+                                         and f.default is dataclasses.MISSING)}
         fields["scores"] = {k: Score(**v) for k, v in value["scores"].items()}
         return cls(**fields)
 
@@ -289,20 +298,8 @@ class TaskSummary:
         return {float(lr) for lr in self.learning_rate_means}
 
     def main_metric(self) -> str:
-        """GLUE's and SQuAD's by name; a plug-in task's is the metric whose means are
-        `main` (the record says no more)."""
-        try:
-            return fine_tuning_task(self.task).main_metric
-        except ValueError:
-            pass
-        metrics = {key.split("/", 1)[1] for key in self.scores}
-        found = [m for m in sorted(metrics) if all(
-            f"{name}/{m}" in self.scores and self.scores[f"{name}/{m}"].mean == value
-            for name, value in self.main.items())]
-        if len(found) != 1:
-            raise ResultsError(f"task {self.task}: its main metric is not one of "
-                               f"{sorted(metrics)} alone (found {found})")
-        return found[0]
+        """A plug-in task's as recorded; GLUE's and SQuAD's by the task's name."""
+        return self.metric or fine_tuning_task(self.task).main_metric
 
     def main_score(self, name: str) -> Score:
         """The main metric's Score of one score name (e.g. MNLI-mm)."""
@@ -385,6 +382,15 @@ def fine_tuning_task(name: str) -> Any:
     import glue
 
     return glue.get_task(name)
+
+
+def _known_task(name: str) -> bool:
+    """GLUE's tasks and SQuAD: readers look their main metric up by name."""
+    try:
+        fine_tuning_task(name)
+    except ValueError:
+        return False
+    return True
 
 
 def score_name(task: Any, split: str) -> str:
