@@ -238,6 +238,32 @@ def part1_across_head_counts(results: str) -> list[Check]:
     return out
 
 
+def part8_3000_across(results: str) -> list[Check]:
+    """Part 8 on the 3000-step clock (issue 49's experiment 4): the 2- and 8-head rows
+    (synthetic_mode_3000_h2h8) against 32 heads of key size 2 (synthetic_mode_3000), paired
+    by pretraining seed: the same corpus and seed give the same batch order, and the
+    three rows have equal parameters and FLOPs."""
+    few = csv_values(results, "synthetic_mode_3000_h2h8")
+    many = csv_values(results, "synthetic_mode_3000")
+    source = ("docs/results/synthetic_mode_3000_h2h8/significance.csv, "
+              "docs/results/synthetic_mode_3000/significance.csv")
+    family = "part 8: 2 and 8 vs 32 heads at 3000 steps (across the two folders)"
+    out = []
+    for metric, higher in (("MLM loss", False), ("MLM acc", True)):
+        b = many[(metric, "mode_mh_h32")]
+        for row in ("mode_mh_h2", "mode_mh_h8"):
+            a = few[(metric, row)]
+            seeds = sorted(set(a) & set(b), key=int)
+            t = stats.paired_test(stats.Metric(metric, "mlm", higher_is_better=higher),
+                                  row, "mode_mh_h32", "", seeds, [a[s] for s in seeds],
+                                  [b[s] for s in seeds], 10_000)
+            out.append(Check("8", family, row, "mode_mh_h32", metric, unit_of(metric),
+                             "paired t", f"{len(seeds)} pretraining seeds", t.diff, t.ci,
+                             t.p_t, source, higher, "equal parameters and FLOPs (0.117M, "
+                             "0.217 MFLOPs/token)"))
+    return out
+
+
 def part3_scratch_vs_pretrained(results: str) -> list[Check]:
     """From scratch vs the pretrained checkpoints at the same rate (1e-3), five pretraining
     seeds (each the mean of 3 fine-tuning seeds): a scratch row draws its own weights,
@@ -370,6 +396,8 @@ def collect(results: str) -> list[Check]:
         *part7_pretrained_vs_scratch(results),
         *from_csv(results, "8", "synthetic_mode"),
         *from_csv(results, "8", "synthetic_mode_3000"),
+        *from_csv(results, "8", "synthetic_mode_3000_h2h8"),
+        *part8_3000_across(results),
         *from_csv(results, "appendix", "talking_heads_cpu"),
         *from_csv(results, "appendix", "key_size_cpu"),
     ]
