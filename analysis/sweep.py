@@ -310,12 +310,10 @@ PLUGIN_VARIABLES = ("ATTENTION_PLUGINS", "FINETUNING_TASKS")
 
 def plugin_variables() -> dict[str, str]:
     """The plug-in variables set here, their paths made absolute."""
-    out = {}
-    for name in PLUGIN_VARIABLES:
-        paths = [p.strip() for p in os.environ.get(name, "").split(os.pathsep) if p.strip()]
-        if paths:
-            out[name] = os.pathsep.join(os.path.abspath(os.path.expanduser(p)) for p in paths)
-    return out
+    from common.plugins import plugin_paths
+
+    return {name: os.pathsep.join(os.path.abspath(p) for p in plugin_paths(name))
+            for name in PLUGIN_VARIABLES if plugin_paths(name)}
 
 
 def run_step(step: Step, python: str, env: dict[str, str]) -> tuple[int, float]:

@@ -26,13 +26,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import os
 import pkgutil
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 from common.errors import ConfigError
+from common.plugins import import_plugin, plugin_paths
 
 PLUGINS_VARIABLE = "ATTENTION_PLUGINS"
 
@@ -104,33 +103,15 @@ def discover() -> None:
         if not module.name.startswith("_"):
             _loading = f"{attention.__name__}.{module.name}"
             importlib.import_module(_loading)
-    for path in plugin_paths():
+    for path in plugin_paths(PLUGINS_VARIABLE):
         _loading = path
         load_plugin(path)
 
 
-def plugin_paths() -> list[str]:
-    """The files ATTENTION_PLUGINS names, in its order (empty entries skipped)."""
-    listed = os.environ.get(PLUGINS_VARIABLE, "")
-    return [os.path.expanduser(p.strip()) for p in listed.split(os.pathsep) if p.strip()]
-
-
 def load_plugin(path: str) -> None:
     """Imports one plug-in file by its path; it must register at least one variant."""
-    if not os.path.isfile(path):
-        raise ConfigError(f"{PLUGINS_VARIABLE}: {path!r} is not a file")
-    if not path.endswith(".py"):
-        raise ConfigError(f"{PLUGINS_VARIABLE}: {path!r} is not a .py file")
-    # A name of its own, so a plug-in called e.g. models.py shadows nothing.
-    name = f"attention_plugin_{os.path.splitext(os.path.basename(path))[0]}"
-    if name in sys.modules:
-        raise ConfigError(f"{PLUGINS_VARIABLE}: two plug-ins named "
-                          f"{os.path.basename(path)!r}; rename one")
     before = set(_REGISTRY)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses and pickling look a class's module up here
-    spec.loader.exec_module(module)
+    import_plugin(path, PLUGINS_VARIABLE, "attention_plugin")
     if set(_REGISTRY) == before:
         raise ConfigError(f"{PLUGINS_VARIABLE}: {path!r} registers no attention variant "
                           f"(decorate its module class with @register(NAME))")

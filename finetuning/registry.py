@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import pkgutil
-import sys
 
+from common.plugins import import_plugin, plugin_paths
 from finetuning.task import Task
 
 PLUGINS_VARIABLE = "FINETUNING_TASKS"
@@ -47,27 +46,10 @@ def register(task: Task) -> Task:
     return task
 
 
-def plugin_paths() -> list[str]:
-    """The files FINETUNING_TASKS names, in its order (empty entries skipped)."""
-    listed = os.environ.get(PLUGINS_VARIABLE, "")
-    return [os.path.expanduser(p.strip()) for p in listed.split(os.pathsep) if p.strip()]
-
-
 def load_plugin(path: str) -> None:
     """Imports one plug-in file by its path; it must register at least one task."""
-    if not os.path.isfile(path):
-        raise ValueError(f"{PLUGINS_VARIABLE}: {path!r} is not a file")
-    if not path.endswith(".py"):
-        raise ValueError(f"{PLUGINS_VARIABLE}: {path!r} is not a .py file")
-    name = f"finetuning_task_{os.path.splitext(os.path.basename(path))[0]}"
-    if name in sys.modules:
-        raise ValueError(f"{PLUGINS_VARIABLE}: two plug-ins named "
-                         f"{os.path.basename(path)!r}; rename one")
     before = set(_REGISTRY)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    import_plugin(path, PLUGINS_VARIABLE, "finetuning_task")
     if set(_REGISTRY) == before:
         raise ValueError(f"{PLUGINS_VARIABLE}: {path} registers no task (call "
                          f"finetuning.register(YourTask()))")
@@ -86,7 +68,7 @@ def _discover() -> None:
         for module in pkgutil.iter_modules(tasks_package.__path__):
             _loading = f"tasks.{module.name}"
             importlib.import_module(_loading)
-        for path in plugin_paths():
+        for path in plugin_paths(PLUGINS_VARIABLE):
             _loading = path
             load_plugin(path)
     except BaseException as error:
