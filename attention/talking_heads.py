@@ -37,7 +37,9 @@ the query-side matrices are cut into chunks with the queries.
 
 Dropout hits the mixed weights U, as in both references (Mesh TF's
 `attention_internal`, tf-models' `TalkingHeadsAttention._compute_attention`).
-Its noise shape is a setting: `dropout_noise="elementwise"` (default) drops each
+`dropout_placement="before_mixing"` drops W before P_w instead (a slip this repository
+once made, kept as a switch to measure it: a dropped weight then reaches every head the
+mixing feeds). Its noise shape is a setting: `dropout_noise="elementwise"` (default) drops each
 weight independently, as tf-models and BERT's multi-head attention do, so that
 a talking-heads vs multi-head comparison differs only in the mixing;
 "shared_queries" is Mesh TF's, one mask per (batch, head, key) for all queries.
@@ -78,9 +80,10 @@ if TYPE_CHECKING:
 CHOICES = {
     "projections": ("both", "logits", "weights"),
     "mask_placement": ("after", "before"),
-    "init": ("fan_in", "truncated_fan_in", "identity"),
+    "init": ("fan_in", "truncated_fan_in", "identity", "model_std"),
     "impl": ("full", "chunked"),
     "dropout_noise": ("elementwise", "shared_queries"),
+    "dropout_placement": ("after_mixing", "before_mixing"),
 }
 # Dynamic projections: (from hidden states at, mixing side), in the reference's order.
 DYNAMIC = {"x2l": ("queries", "logits"), "m2l": ("keys", "logits"),
@@ -98,13 +101,19 @@ class TalkingHeadsConfig:
     # fan_in: normal, stddev 1/sqrt(fan_in) (the default: every run and study so far used
     # it) | truncated_fan_in: the reference's own draw (Mesh TF's VarianceScalingInitializer
     # "normal" is a normal truncated at 2 stddev, so its spread is 0.88/sqrt(fan_in)) |
-    # identity
+    # identity | model_std: normal at the model's initializer_range (0.02 in BERT), what a
+    # BERT codebase's blanket init of every dense weight (Hugging Face's _init_weights)
+    # gives the mixing: at 48 heads 7x below fan-in, so both mixings start near zero
     init: str = "fan_in"
     impl: str = "full"  # full | chunked (memory-efficient: query chunks, recomputed backward)
     query_chunk_size: int = 128  # queries per chunk for impl=chunked
     # Attention dropout (after P_w, as the references) draws: elementwise (tf-models, as
     # multi-head) | shared_queries (Mesh TF: one mask per batch, head and key).
     dropout_noise: str = "elementwise"
+    # Where attention dropout hits: after_mixing (on U = W P_w, as both references) |
+    # before_mixing (on W, then mixed: this repository's own earlier defect, kept as a
+    # switch to measure what the slip costs; each dropped weight then leaks into every head)
+    dropout_placement: str = "after_mixing"
     groups: int = 1  # R: block-diagonal mixing within R groups of heads (1: full mixing)
     # Input-dependent mixing terms, "+"-joined in this order: x2l+m2l+x2w+m2w ("": none).
     # x: the hidden state at the query position, m: at the key position; l: P_l, w: P_w.
@@ -130,6 +139,7 @@ SHORT_ARGS = {
     "th_logit_heads": "num_logit_heads", "th_value_heads": "num_value_heads",
     "th_projections": "projections", "th_mask": "mask_placement", "th_init": "init",
     "th_impl": "impl", "th_chunk": "query_chunk_size", "th_dropout_noise": "dropout_noise",
+    "th_dropout_at": "dropout_placement",
     "th_groups": "groups", "th_dynamic": "dynamic_projections",
     "th_dynamic_scale": "dynamic_init_scale",
 }
@@ -141,24 +151,31 @@ def _normal(kind: str, rng, shape, dtype, stddev):
     return jax.random.normal(rng, shape, dtype) * stddev
 
 
-def mixing_init(kind: str, grouped: bool = False) -> nn.initializers.Initializer:
-    """P[from, to], or grouped its blocks P[R, from, to]: fan_in = the heads mixed from."""
+def mixing_init(kind: str, grouped: bool = False, model_std: float = 0.02
+                ) -> nn.initializers.Initializer:
+    """P[from, to], or grouped its blocks P[R, from, to]: fan_in = the heads mixed from;
+    model_std: the model's initializer_range, whatever the heads."""
     def init(rng, shape, dtype=jnp.float32):
         if kind == "identity":
             return jnp.broadcast_to(jnp.eye(shape[-2], shape[-1], dtype=dtype), shape)
+        if kind == "model_std":
+            return _normal(kind, rng, shape, dtype, model_std)
         return _normal(kind, rng, shape, dtype, shape[-2] ** -0.5)
 
     # Grouped: the group axis is a head axis (tensor-parallel shards hold whole groups).
     return nn.with_logical_partitioning(init, ("heads", None, None) if grouped else (None, None))
 
 
-def dynamic_init(kind: str, scale: float, grouped: bool = False) -> nn.initializers.Initializer:
+def dynamic_init(kind: str, scale: float, grouped: bool = False
+                 ) -> nn.initializers.Initializer:
     """A dynamic map W[D, from, to] (grouped W[D, R, from, to]): variance scale / (heads
     mixed from x D), as the reference's VarianceScalingInitializer(scale / from) over
-    the D inputs. The identity init is the static matrix's; these stay random."""
+    the D inputs. The identity and model_std inits are the static matrix's; these stay
+    the reference's draw."""
     def init(rng, shape, dtype=jnp.float32):
         stddev = (scale / (shape[-2] * shape[0])) ** 0.5
-        return _normal("fan_in" if kind == "identity" else kind, rng, shape, dtype, stddev)
+        own = kind if kind == "truncated_fan_in" else "fan_in"
+        return _normal(own, rng, shape, dtype, stddev)
 
     axes = ("embed", "heads", None, None) if grouped else ("embed", None, None)
     return nn.with_logical_partitioning(init, axes)
@@ -264,6 +281,7 @@ class TalkingHeadsAttention(Attention):
         projections, e.g. 'talking_heads (identity mixing, dynamic x2l+m2w)'."""
         th = config.talking_heads
         parts = ([f"{th.init} mixing"] if th.init != "fan_in" else []) + (
+            ["dropout before mixing"] if th.dropout_placement == "before_mixing" else []) + (
             [f"{th.groups} groups"] if th.groups > 1 else []) + (
             [f"dynamic {th.dynamic_projections}"] if th.dynamic else [])
         return f"{config.attention} ({', '.join(parts)})" if parts else config.attention
@@ -314,13 +332,15 @@ class TalkingHeadsAttention(Attention):
     @classmethod
     def saved_score_bytes(cls, config: ModelConfig, element_bytes: int) -> float:
         """Multi-head's, plus the logits before P_l (its gradient reads them) and, without
-        attention dropout, the weights after P_w (the weights x values matmul reads them;
-        with dropout the dropped copy is already counted)."""
+        attention dropout or with dropout before P_w, the weights after P_w (the weights x
+        values matmul reads them; with dropout after P_w the dropped copy is already
+        counted)."""
         th = config.talking_heads
         saved = super().saved_score_bytes(config, element_bytes)
         if th.mix_logits:
             saved += element_bytes * cls.logit_heads(config)
-        if th.mix_weights and config.attention_dropout_rate == 0:
+        if th.mix_weights and (config.attention_dropout_rate == 0
+                               or th.dropout_placement == "before_mixing"):
             saved += element_bytes * cls.value_heads(config)
         return saved
 
@@ -415,7 +435,8 @@ class TalkingHeadsAttention(Attention):
             return per_position if groups > 1 else per_position[:, :, None]
 
         def mixing(side: str, heads_from: int, heads_to: int) -> Mixing:
-            static = self.param(f"{side}_mixing", mixing_init(th.init, groups > 1),
+            static = self.param(f"{side}_mixing",
+                                mixing_init(th.init, groups > 1, cfg.initializer_range),
                                 block_shape(heads_from, heads_to))
             return Mixing(static.astype(jnp.float32),
                           dynamic(f"x2{side[0]}", heads_from, heads_to),
@@ -430,6 +451,7 @@ class TalkingHeadsAttention(Attention):
             mask_before=th.mask_placement == "before",
             dropout_rate=cfg.attention_dropout_rate,
             broadcast_queries=th.dropout_noise == "shared_queries",
+            dropout_before_mixing=th.dropout_placement == "before_mixing",
         )
         if th.impl == "chunked" and query.shape[1] > th.query_chunk_size:
             return core.chunked(
@@ -444,10 +466,12 @@ class _Core:
     Kept outside Flax so the chunked path can run it under lax.map/checkpoint.
     """
 
-    def __init__(self, mask_before: bool, dropout_rate: float, broadcast_queries: bool):
+    def __init__(self, mask_before: bool, dropout_rate: float, broadcast_queries: bool,
+                 dropout_before_mixing: bool = False):
         self.mask_before = mask_before
         self.dropout_rate = dropout_rate
         self.broadcast_queries = broadcast_queries
+        self.dropout_before_mixing = dropout_before_mixing
 
     def __call__(self, query, key, value, mask, mix_logits: Mixing | None,
                  mix_weights: Mixing | None, dropout_rng):
@@ -464,10 +488,14 @@ class _Core:
         else:
             logits = logits + bias
         weights = softmax_weights(logits)  # (B, H, T, S)
+        if self.dropout_before_mixing:  # the slip: W dropped, then mixed across heads
+            weights = dropout_weights(weights, self.dropout_rate, dropout_rng,
+                                      self.broadcast_queries)
         if mix_weights is not None:
             weights = mix_weights(weights)  # (B, G, T, S)
-        weights = dropout_weights(weights, self.dropout_rate, dropout_rng,
-                                  self.broadcast_queries)
+        if not self.dropout_before_mixing:
+            weights = dropout_weights(weights, self.dropout_rate, dropout_rng,
+                                      self.broadcast_queries)
         return apply_weights(weights, value)  # (B, T, G, V)
 
     def chunked(self, query, key, value, mask, mix_logits, mix_weights, dropout_rng, chunk):

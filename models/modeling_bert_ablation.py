@@ -64,7 +64,8 @@ class BertAblationConfig(PretrainedConfig):
         self.value_size = value_size  # per-head value width; None: hidden/value heads
         self.norm_placement = norm_placement  # post (BERT) | pre (LayerNorm before sublayers)
         # num_logit_heads, num_value_heads, projections (both|logits|weights),
-        # mask_placement (after|before), dynamic_projections ("+"-joined x2l, m2l, x2w,
+        # mask_placement (after|before), dropout_placement (after_mixing|before_mixing),
+        # dynamic_projections ("+"-joined x2l, m2l, x2w,
         # m2w): the JAX model's model.talking_heads.* fields.
         self.talking_heads = dict(talking_heads or {})
 
@@ -144,6 +145,8 @@ class SelfAttention(nn.Module):
             dynamic = nn.Parameter(torch.zeros(shape)) if name in config.dynamic else None
             setattr(self, f"{side}_mixing_from_{at}", dynamic)
         self.mask_before = config.talking_heads.get("mask_placement", "after") == "before"
+        self.dropout_before_mixing = (config.attention == "talking_heads" and config.talking_heads
+                                      .get("dropout_placement") == "before_mixing")
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
     def forward(self, x, mask):
@@ -167,9 +170,12 @@ class SelfAttention(nn.Module):
         else:
             logits = logits + bias
         weights = logits.softmax(dim=-1)
+        if self.dropout_before_mixing:  # the JAX model's dropout_placement=before_mixing
+            weights = self.dropout(weights)
         if self.weights_mixing is not None:
             weights = self.mix(x, weights, "weights")
-        weights = self.dropout(weights)
+        if not self.dropout_before_mixing:
+            weights = self.dropout(weights)
         return torch.einsum("BGTS,BSGV->BTGV", weights, value)
 
     def mix(self, x, scores, side: str):

@@ -20,6 +20,20 @@
 #                                                    # and writes the whole table
 #   DRY_RUN=1 bash scripts/head_count_study.sh       # print the commands only
 #
+# Talking heads trained as talking heads (docs/RESULTS.md part 9), not inserted: each of
+# these variants has a pretraining of its own per head count (with INIT=scratch a 1-step
+# one that only fixes its architecture), so it is trained natively from the start:
+#   nat_th_identity, nat_th_fan_in   identity / fan-in mixing (th_init)
+#   nat_th_ref                       the reference: Mesh TF's truncated fan-in draw
+#   slip_drop_before                 the reference with attention dropout before P_w
+#   slip_no_pre                      the reference without the pre-softmax mixing P_l
+#   slip_model_std                   mixing drawn at the model's init stddev (0.02)
+#   HEADS=48,96 VARIANTS=mh,nat_th_ref,slip_drop_before,slip_no_pre,slip_model_std \
+#       bash scripts/head_count_study.sh runs/th_slips docs/results/th_slips_scratch
+# PRE_LR (default 1e-3) is the pretraining's rate; another one pretrains into
+# pretrain_h{H}[_VARIANT]_lr{PRE_LR} and fine-tunes into h{H}/{VARIANT}_pre{PRE_LR}, so a
+# rate grid of pretrainings lives in one OUT; PRETRAIN_ONLY=1 stops after pretraining.
+#
 # A finished pretraining (training.results --is_finished) is reused as it is, without
 # train.py's checks: another CORPUS needs another OUT (other STEPS go to train.py).
 #
@@ -50,48 +64,87 @@ case "$INIT" in
   pretrained) STEPS=${STEPS:-1000} ;;
   *) echo "error: INIT=$INIT: choose scratch or pretrained" >&2; exit 1 ;;
 esac
-for name in ${VARIANTS//,/ }; do
-  case "$name" in
-    mh|th_identity|th_fan_in) ;;
-    *) echo "error: VARIANTS: $name is not one of mh, th_identity, th_fan_in" >&2; exit 1 ;;
-  esac
-done
-RUN=()
-if [[ -n "${DRY_RUN:-}" ]]; then RUN=(echo); fi
-MODEL="layers=2,hidden=384,mlp=1536,max_len=64,norm=pre,init_std=0.02"
-
-declare -A VARIANT=(
+PRE_LR=${PRE_LR:-1e-3}
+# Inserted into the multi-head pretraining (the reader's swap): eval_glue.py's flags.
+declare -A INSERTED=(
   [mh]=""
   [th_identity]="--config.insert_talking_heads=true --config.insert_th_init=identity"
   [th_fan_in]="--config.insert_talking_heads=true --config.insert_th_init=fan_in"
 )
+# Trained natively, each with its own pretraining: configs/model.py args.
+TH=attention=talking_heads
+declare -A NATIVE=(
+  [nat_th_identity]="$TH,th_init=identity"
+  [nat_th_fan_in]="$TH,th_init=fan_in"
+  [nat_th_ref]="$TH,th_init=truncated_fan_in"
+  [slip_drop_before]="$TH,th_init=truncated_fan_in,th_dropout_at=before_mixing"
+  [slip_no_pre]="$TH,th_init=truncated_fan_in,th_projections=weights"
+  [slip_model_std]="$TH,th_init=model_std"
+)
+KNOWN="mh, th_identity, th_fan_in, nat_th_identity, nat_th_fan_in, nat_th_ref, slip_drop_before, slip_no_pre, slip_model_std"
+for name in ${VARIANTS//,/ }; do
+  if [[ -z "${INSERTED[$name]+x}" && -z "${NATIVE[$name]+x}" ]]; then
+    echo "error: VARIANTS: $name is not one of $KNOWN" >&2; exit 1
+  fi
+done
+RUN=()
+if [[ -n "${DRY_RUN:-}" ]]; then RUN=(echo); fi
+MODEL="layers=2,hidden=384,mlp=1536,max_len=64,norm=pre,init_std=0.02"
+# Pretraining and fine-tuning folders of another pretraining rate than 1e-3 say so.
+PRE_DIR_SUFFIX="" ROW_SUFFIX=""
+if [[ "$PRE_LR" != 1e-3 ]]; then PRE_DIR_SUFFIX="_lr$PRE_LR" ROW_SUFFIX="_pre$PRE_LR"; fi
+# A long pretraining checkpoints every 250 steps (a killed one loses at most that) and
+# evaluates 8 times; a 1-step one once.
+CHECKPOINT_EVERY=$(( STEPS < 250 ? STEPS : 250 ))
+EVAL_EVERY=$(( STEPS >= 8 ? STEPS / 8 : STEPS ))
+
+pretrain() {  # pretrain WORKDIR MODEL_ARGS
+  # A finished pretraining is not opened again (no corpus check, no compile); train.py
+  # resumes an unfinished one.
+  if [[ -z "${DRY_RUN:-}" ]] && "$PYTHON" -m training.results --is_finished "$1" \
+      --steps "$STEPS"; then
+    echo "$1: finished ($STEPS steps), skipped"
+  else
+    "${RUN[@]}" "$PYTHON" train.py \
+        --config "configs/pretrain.py:$MODEL,$2,steps=$STEPS,batch=64,seq_len=64,lr=$PRE_LR,preds=10" \
+        --config.data.corpus="$CORPUS" --config.data.cache_dir="$OUT/data_cache" \
+        --config.data.eval_fraction=0.05 --config.optimizer.warmup_steps=$(( STEPS / 10 )) \
+        --config.eval_every_steps="$EVAL_EVERY" \
+        --config.checkpoint_every_steps="$CHECKPOINT_EVERY" \
+        --config.eval_batches=16 --workdir "$1"
+  fi
+}
+
 ROWS=()
 PAIRS=()
 TREND=()
 for heads in ${HEADS//,/ }; do
-  # A finished pretraining is not opened again (no corpus check, no compile); train.py
-  # resumes an unfinished one.
-  if [[ -z "${DRY_RUN:-}" ]] && "$PYTHON" -m training.results --is_finished \
-      "$OUT/pretrain_h$heads" --steps "$STEPS"; then
-    echo "$OUT/pretrain_h$heads: finished ($STEPS steps), skipped"
-  else
-    "${RUN[@]}" "$PYTHON" train.py \
-        --config "configs/pretrain.py:$MODEL,heads=$heads,steps=$STEPS,batch=64,seq_len=64,lr=1e-3,preds=10" \
-        --config.data.corpus="$CORPUS" --config.data.cache_dir="$OUT/data_cache" \
-        --config.data.eval_fraction=0.05 --config.optimizer.warmup_steps=$(( STEPS / 10 )) \
-        --config.eval_every_steps="$STEPS" --config.checkpoint_every_steps="$STEPS" \
-        --config.eval_batches=16 --workdir "$OUT/pretrain_h$heads"
+  mh_pretraining="$OUT/pretrain_h$heads$PRE_DIR_SUFFIX"
+  if [[ ",$VARIANTS," =~ ,(mh|th_identity|th_fan_in), ]]; then
+    pretrain "$mh_pretraining" "heads=$heads"
   fi
   for name in ${VARIANTS//,/ }; do
+    if [[ -n "${NATIVE[$name]+x}" ]]; then
+      source_dir="$OUT/pretrain_h${heads}_$name$PRE_DIR_SUFFIX" flags=""
+      pretrain "$source_dir" "heads=$heads,${NATIVE[$name]}"
+    else
+      source_dir="$mh_pretraining" flags="${INSERTED[$name]}"
+    fi
+    if [[ -n "${PRETRAIN_ONLY:-}" ]]; then continue; fi
     # shellcheck disable=SC2086  # the variant's flags are words
     "${RUN[@]}" "$PYTHON" eval_glue.py \
         --config "configs/glue.py:task=sst2,seeds=$SEEDS,lr=$LRS,epochs=$EPOCHS,max_train=$MAX_TRAIN,seq_len=64,group_by_length=true,buckets=32/64,init=$INIT" \
-        --config.init_from="$OUT/pretrain_h$heads" --config.glue_dir="$GLUE_DIR" \
+        --config.init_from="$source_dir" --config.glue_dir="$GLUE_DIR" \
         --config.write_test_predictions=false --config.save_model=none \
-        ${VARIANT[$name]} --workdir "$OUT/h$heads/$name"
-    ROWS+=(--row "${name}_h$heads=$OUT/h$heads/$name")
+        $flags --workdir "$OUT/h$heads/$name$ROW_SUFFIX"
+    ROWS+=(--row "${name}_h$heads=$OUT/h$heads/$name$ROW_SUFFIX")
   done
-  for pair in mh:th_identity mh:th_fan_in th_identity:th_fan_in; do
+  # Multi-head against each talking-heads row, identity against fan-in, and each slip
+  # against the reference it departs from.
+  for pair in mh:th_identity mh:th_fan_in th_identity:th_fan_in \
+      mh:nat_th_identity mh:nat_th_fan_in nat_th_identity:nat_th_fan_in \
+      mh:nat_th_ref mh:slip_drop_before mh:slip_no_pre mh:slip_model_std \
+      nat_th_ref:slip_drop_before nat_th_ref:slip_no_pre nat_th_ref:slip_model_std; do
     a=${pair%:*} b=${pair#*:}
     if [[ ",$VARIANTS," == *",$a,"* && ",$VARIANTS," == *",$b,"* ]]; then
       PAIRS+=(--pairs "${a}_h$heads:${b}_h$heads")
@@ -104,6 +157,7 @@ done
 # Does the fan-in deficit grow with the head count? (a fresh draw leaves each head
 # 1/heads of its own weight): one regression over the head counts, when there are two.
 if (( ${#TREND[@]} < 4 )); then TREND=(); else TREND+=(--trend_label "th_fan_in - mh"); fi
+if [[ -n "${PRETRAIN_ONLY:-}" ]]; then exit 0; fi
 if (( ${#PAIRS[@]} == 0 )); then
   # A part of the study (one variant): its table comes from a run over all of them.
   echo "no pair among VARIANTS=$VARIANTS: no table; rerun with every variant for it" >&2

@@ -325,7 +325,9 @@ def test_head_count_study_runs_three_variants_per_head_count_on_one_grid(tmp_pat
     wrong = subprocess.run(["bash", "scripts/head_count_study.sh"], cwd=REPO, text=True,
                            env=dict(env, VARIANTS="mh,th"), capture_output=True, timeout=60)
     assert wrong.returncode == 1
-    assert wrong.stderr.strip() == "error: VARIANTS: th is not one of mh, th_identity, th_fan_in"
+    assert wrong.stderr.strip() == (
+        "error: VARIANTS: th is not one of mh, th_identity, th_fan_in, nat_th_identity, "
+        "nat_th_fan_in, nat_th_ref, slip_drop_before, slip_no_pre, slip_model_std")
     pretrained = subprocess.run(["bash", "scripts/head_count_study.sh", str(out)], cwd=REPO,
                                 env=dict(env, INIT="pretrained"), capture_output=True,
                                 text=True, timeout=60)
@@ -334,6 +336,53 @@ def test_head_count_study_runs_three_variants_per_head_count_on_one_grid(tmp_pat
                          env=dict(env, INIT="warm"), capture_output=True, timeout=60)
     assert bad.returncode == 1
     assert bad.stderr.strip() == "error: INIT=warm: choose scratch or pretrained"
+    assert not out.exists()
+
+
+def test_head_count_study_trains_native_variants_and_slips_from_their_own_pretraining(tmp_path):
+    """Talking heads trained as talking heads (part 9): each native variant and slip gets
+    a pretraining of its own per head count with its switch, is fine-tuned from it without
+    an insertion, and is paired with multi-head and each slip with the reference; another
+    pretraining rate names its folders; PRETRAIN_ONLY stops before fine-tuning."""
+    variants = "mh,nat_th_ref,slip_drop_before,slip_no_pre,slip_model_std,nat_th_identity"
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, HEADS="48", VARIANTS=variants)
+    out, tables = tmp_path / "out", tmp_path / "tables"
+    result = subprocess.run(["bash", "scripts/head_count_study.sh", str(out), str(tables)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = [shlex.split(x) for x in result.stdout.splitlines()]
+    pretrain = {x[x.index("--workdir") + 1]: x[3] for x in lines if "train.py" in x}
+    th = "heads=48,attention=talking_heads,th_init="
+    assert {os.path.basename(k): v.split("norm=pre,init_std=0.02,")[1].split(",steps=")[0]
+            for k, v in pretrain.items()} == {
+        "pretrain_h48": "heads=48",
+        "pretrain_h48_nat_th_ref": th + "truncated_fan_in",
+        "pretrain_h48_slip_drop_before": th + "truncated_fan_in,th_dropout_at=before_mixing",
+        "pretrain_h48_slip_no_pre": th + "truncated_fan_in,th_projections=weights",
+        "pretrain_h48_slip_model_std": th + "model_std",
+        "pretrain_h48_nat_th_identity": th + "identity"}
+    glue = [x for x in lines if "eval_glue.py" in x]
+    assert not any("--config.insert_talking_heads=true" in x for x in glue)
+    assert [x[x.index("--workdir") + 1] for x in glue] == [
+        str(out / "h48" / name) for name in variants.split(",")]
+    assert f"--config.init_from={out / 'pretrain_h48_slip_no_pre'}" in glue[3]
+    compare = lines[-1]
+    assert [compare[i + 1] for i, a in enumerate(compare) if a == "--pairs"] == [
+        f"{a}_h48:{b}_h48" for a, b in (
+            ("mh", "nat_th_identity"), ("mh", "nat_th_ref"), ("mh", "slip_drop_before"),
+            ("mh", "slip_no_pre"), ("mh", "slip_model_std"), ("nat_th_ref", "slip_drop_before"),
+            ("nat_th_ref", "slip_no_pre"), ("nat_th_ref", "slip_model_std"))]
+    rate = subprocess.run(
+        ["bash", "scripts/head_count_study.sh", str(out), str(tables)], cwd=REPO,
+        env=dict(env, INIT="pretrained", STEPS="4000", PRE_LR="3e-3", VARIANTS="nat_th_ref",
+                 PRETRAIN_ONLY="1"), capture_output=True, text=True, timeout=60)
+    assert rate.returncode == 0, rate.stderr
+    only = [shlex.split(x) for x in rate.stdout.splitlines()]
+    assert len(only) == 1 and "train.py" in only[0]  # no fine-tuning, no table
+    assert only[0][only[0].index("--workdir") + 1] == str(out / "pretrain_h48_nat_th_ref_lr3e-3")
+    assert ",steps=4000," in only[0][3] and ",lr=3e-3," in only[0][3]
+    assert "--config.checkpoint_every_steps=250" in only[0]  # a kill loses at most 250
+    assert "--config.eval_every_steps=500" in only[0]
     assert not out.exists()
 
 
