@@ -16,9 +16,10 @@ holds the init's noise too).
 
 Tests and verdicts are analysis/stats.py's: paired t interval and p, Wilcoxon p,
 Holm's correction over every test of the table (one table, one family), "B better" /
-"A better" when the corrected p < alpha, "equivalent (±1)" when the whole t interval
-lies inside 1 point, else "not settled". Parameters and forward GFLOPs per token
-(at the protocol's max_seq_length) of both rows sit beside each pair.
+"A better" when the corrected p < alpha, "equivalent (±0.5)" when the whole t interval
+lies inside 0.5 points (the papers' effect sizes), else "not settled". Parameters and
+forward GFLOPs per token (at the protocol's max_seq_length) of both rows sit beside each
+pair.
 """
 
 from __future__ import annotations
@@ -305,7 +306,8 @@ def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
         "best at the grid's edge). Pairs by fine-tuning seed. " + spread_note(rows),
         tables.significance_markdown(tests, "t", alpha),
         f"Verdict: Holm-corrected paired t p < {alpha:g} → better; the whole 95% t interval "
-        "inside ±1 point → equivalent; else not settled. The bootstrap interval is shown "
+        "inside ±0.5 points (the papers' effect sizes) → equivalent; else not settled. "
+        "The bootstrap interval is shown "
         "from n = 10 only.",
         *([trend_markdown(trends, alpha, rows[0].metric)] if trends else []),
     ]) + "\n"

@@ -20,8 +20,9 @@ signed-rank p (scipy.stats.wilcoxon), and the p of the verdict's test (--test: t
 default, because with fewer than 6 pairs the exact Wilcoxon p cannot fall below
 2/2^n) after Holm's correction over every test of the table (one table, one family).
 Verdict, one rule: "B better" / "A better" when that corrected p < --alpha;
-"equivalent (±m)" when the whole t interval lies inside the metric's margin m (1
-point for GLUE scores and MLM accuracy, 0.02 nats for MLM loss); else "not settled".
+"equivalent (±m)" when the whole t interval lies inside the metric's margin m (0.5
+points for GLUE scores and MLM accuracy, the papers' effect sizes: the low-rank paper's
+Table 1 differences are about 0.5 points; 0.02 nats for MLM loss); else "not settled".
 Beside each pair: parameters and forward GFLOPs per token of A and B, so equal
 parameters are not read as equal cost.
 """

@@ -206,7 +206,7 @@ def notes(results: list[RowResult], averaged: list[str], test: str, alpha: float
         f"Significance: paired by seed id. Verdict (one rule): \"B better\" / \"A better\" "
         f"when the {'paired t-test' if test == 't' else 'Wilcoxon test'}'s p after Holm's "
         f"correction over every test of this table is below alpha={alpha}; \"equivalent "
-        f"(±m)\" when the whole 95% paired t interval lies inside ±m (m: 1 point for scores "
+        f"(±m)\" when the whole 95% paired t interval lies inside ±m (m: 0.5 points for scores "
         f"and MLM accuracy, 0.02 nats for MLM loss); else \"not settled\". A pair with fewer "
         f"than two paired seeds is not tested. The bootstrap interval is shown from "
         f"n = {MIN_BOOTSTRAP_N} pairs on (below it undercovers: at n = 3 it is [min, max], "

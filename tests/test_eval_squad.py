@@ -37,7 +37,7 @@ def pretrained_workdir(tmp_path_factory):
 
 def squad_config(**overrides):
     config = squad_configs.get_config()
-    config.update(dict(num_seeds=2, learning_rates=(3e-3,), batch_size=16, num_epochs=8.0,
+    config.update(dict(num_seeds=2, learning_rates=(3e-3,), batch_size=16, num_epochs=5.0,
                        max_seq_length=64, doc_stride=16, max_query_length=12,
                        log_every_steps=20, dropout_rate=0.0, attention_dropout_rate=0.0,
                        eval_batch_size=32))

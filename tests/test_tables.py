@@ -401,7 +401,10 @@ def test_holm_and_the_verdict_rule():
 
     assert verdict([70, 71, 72, 73], [72.1, 72.6, 74.5, 74.8]) == "b better"  # p = 0.002
     assert verdict([70, 71, 72, 73], [72.1, 72.6, 74.5, 74.8], family=50) == "not settled"
-    assert verdict([70, 71, 72, 73], [70.1, 70.9, 72.2, 72.9]) == "equivalent (±1)"
+    assert verdict([70, 71, 72, 73], [70.1, 70.9, 72.2, 72.9]) == "equivalent (±0.5)"
+    # The margin is the papers' effect size, 0.5 points: an interval inside ±1 but not
+    # inside ±0.5 is not settled.
+    assert verdict([70, 71, 72, 73], [70.7, 71, 72.4, 73.1]) == "not settled"  # [-0.2, 0.8]
     assert verdict([70, 71, 72, 73], [72, 69, 74, 71]) == "not settled"
 
 
