@@ -32,7 +32,8 @@
 #       bash scripts/head_count_study.sh runs/th_slips docs/results/th_slips_scratch
 # PRE_LR (default 1e-3) is the pretraining's rate; another one pretrains into
 # pretrain_h{H}[_VARIANT]_lr{PRE_LR} and fine-tunes into h{H}/{VARIANT}_pre{PRE_LR}, so a
-# rate grid of pretrainings lives in one OUT; PRETRAIN_ONLY=1 stops after pretraining.
+# rate grid of pretrainings lives in one OUT; PRE_SEED (default 0) likewise adds _seed{S}
+# to both (a second pretraining seed); PRETRAIN_ONLY=1 stops after pretraining.
 #
 # A finished pretraining (training.results --is_finished) is reused as it is, without
 # train.py's checks: another CORPUS needs another OUT (other STEPS go to train.py).
@@ -65,6 +66,7 @@ case "$INIT" in
   *) echo "error: INIT=$INIT: choose scratch or pretrained" >&2; exit 1 ;;
 esac
 PRE_LR=${PRE_LR:-1e-3}
+PRE_SEED=${PRE_SEED:-0}
 # Inserted into the multi-head pretraining (the reader's swap): eval_glue.py's flags.
 declare -A INSERTED=(
   [mh]=""
@@ -93,6 +95,9 @@ MODEL="layers=2,hidden=384,mlp=1536,max_len=64,norm=pre,init_std=0.02"
 # Pretraining and fine-tuning folders of another pretraining rate than 1e-3 say so.
 PRE_DIR_SUFFIX="" ROW_SUFFIX=""
 if [[ "$PRE_LR" != 1e-3 ]]; then PRE_DIR_SUFFIX="_lr$PRE_LR" ROW_SUFFIX="_pre$PRE_LR"; fi
+if [[ "$PRE_SEED" != 0 ]]; then
+  PRE_DIR_SUFFIX+="_seed$PRE_SEED" ROW_SUFFIX+="_seed$PRE_SEED"
+fi
 # A long pretraining checkpoints every 250 steps (a killed one loses at most that) and
 # evaluates 8 times; a 1-step one once.
 CHECKPOINT_EVERY=$(( STEPS < 250 ? STEPS : 250 ))
@@ -106,7 +111,7 @@ pretrain() {  # pretrain WORKDIR MODEL_ARGS
     echo "$1: finished ($STEPS steps), skipped"
   else
     "${RUN[@]}" "$PYTHON" train.py \
-        --config "configs/pretrain.py:$MODEL,$2,steps=$STEPS,batch=64,seq_len=64,lr=$PRE_LR,preds=10" \
+        --config "configs/pretrain.py:$MODEL,$2,steps=$STEPS,batch=64,seq_len=64,lr=$PRE_LR,preds=10,seed=$PRE_SEED" \
         --config.data.corpus="$CORPUS" --config.data.cache_dir="$OUT/data_cache" \
         --config.data.eval_fraction=0.05 --config.optimizer.warmup_steps=$(( STEPS / 10 )) \
         --config.eval_every_steps="$EVAL_EVERY" \

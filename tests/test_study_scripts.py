@@ -381,6 +381,16 @@ def test_head_count_study_trains_native_variants_and_slips_from_their_own_pretra
     assert len(only) == 1 and "train.py" in only[0]  # no fine-tuning, no table
     assert only[0][only[0].index("--workdir") + 1] == str(out / "pretrain_h48_nat_th_ref_lr3e-3")
     assert ",steps=4000," in only[0][3] and ",lr=3e-3," in only[0][3]
+    assert only[0][3].endswith(",seed=0")
+    seeded = subprocess.run(
+        ["bash", "scripts/head_count_study.sh", str(out), str(tables)], cwd=REPO,
+        env=dict(env, INIT="pretrained", PRE_SEED="1", VARIANTS="mh,nat_th_fan_in"),
+        capture_output=True, text=True, timeout=60)
+    seeded = [shlex.split(x) for x in seeded.stdout.splitlines()]
+    assert [x[x.index("--workdir") + 1] for x in seeded if "--workdir" in x] == [
+        str(out / "pretrain_h48_seed1"), str(out / "h48" / "mh_seed1"),
+        str(out / "pretrain_h48_nat_th_fan_in_seed1"), str(out / "h48" / "nat_th_fan_in_seed1")]
+    assert all(x[3].endswith(",seed=1") for x in seeded if "train.py" in x)
     assert "--config.checkpoint_every_steps=250" in only[0]  # a kill loses at most 250
     assert "--config.eval_every_steps=500" in only[0]
     assert not out.exists()
