@@ -299,6 +299,7 @@ def spread_note(rows: list[FineTuneRow]) -> str:
 def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
            trends: list[tuple[str, stats.TrendTest | str]] = ()) -> str:
     protocol = ", ".join(f"{k}={v}" for k, v in rows[0].protocol.items() if v is not None)
+    margin = tests[0].metric.margin if tests else Metric.margin
     return "\n\n".join([
         f"Fine-tuning protocol shared by every row: {protocol}.",
         rows_markdown(rows),
@@ -306,9 +307,8 @@ def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
         "best at the grid's edge). Pairs by fine-tuning seed. " + spread_note(rows),
         tables.significance_markdown(tests, "t", alpha),
         f"Verdict: Holm-corrected paired t p < {alpha:g} → better; the whole 95% t interval "
-        "inside ±0.5 points (the papers' effect sizes) → equivalent; else not settled. "
-        "The bootstrap interval is shown "
-        "from n = 10 only.",
+        f"inside ±{margin:g} points (the papers' effect sizes) → equivalent; else not "
+        "settled. The bootstrap interval is shown from n = 10 only.",
         *([trend_markdown(trends, alpha, rows[0].metric)] if trends else []),
     ]) + "\n"
 

@@ -233,7 +233,8 @@ class TalkingHeadsAttention(Attention):
              "insert_th_init: identity (the checkpoint's function at step 0; the mixing is "
              "then learned with the rest) | fan_in (N(0, 1/heads) per entry, drawn per "
              "fine-tuning seed: what swapping the talking-heads class into a trained model "
-             "gives) | truncated_fan_in (the reference's).",
+             "gives) | truncated_fan_in (the reference's) | model_std (normal at the "
+             "checkpoint's initializer_range, drawn per run).",
         new_parameters="mixing")
 
     @classmethod
@@ -334,13 +335,18 @@ class TalkingHeadsAttention(Attention):
         """Multi-head's, plus the logits before P_l (its gradient reads them) and, without
         attention dropout or with dropout before P_w, the weights after P_w (the weights x
         values matmul reads them; with dropout after P_w the dropped copy is already
-        counted)."""
+        counted). Dropout before P_w drops W's H heads (mask and copy), not U's G."""
         th = config.talking_heads
         saved = super().saved_score_bytes(config, element_bytes)
         if th.mix_logits:
             saved += element_bytes * cls.logit_heads(config)
-        if th.mix_weights and (config.attention_dropout_rate == 0
-                               or th.dropout_placement == "before_mixing"):
+        dropout = config.attention_dropout_rate > 0
+        if dropout and th.dropout_placement == "before_mixing":
+            # The mask and the dropped copy are of W's H heads, not U's G (the base
+            # counted G), and U = W_dropped P_w is kept for the weights x values matmul.
+            heads, values = config.num_heads, cls.value_heads(config)
+            saved += (1 + element_bytes) * (heads - values) + element_bytes * values
+        elif th.mix_weights and not dropout:
             saved += element_bytes * cls.value_heads(config)
         return saved
 
@@ -391,6 +397,10 @@ class TalkingHeadsAttention(Attention):
         cls._check_dynamic(config)
         if config.attention != "talking_heads":
             return
+        if th.dropout_placement == "before_mixing" and not th.mix_weights:
+            raise ConfigError(
+                "model.talking_heads.dropout_placement='before_mixing' needs the weights "
+                f"mixing P_w, but projections={th.projections!r} has none")
         if th.num_logit_heads not in (None, config.num_heads) and not th.mix_logits:
             raise ConfigError(
                 "model.talking_heads.num_logit_heads differs from num_heads but "

@@ -49,7 +49,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 INIT=${INIT:-scratch}
 OUT=${1:-runs/head_counts_$INIT}
-RESULTS=${2:-docs/results/head_counts_$INIT}
 PYTHON=${PYTHON:-python}
 HEADS=${HEADS:-8,48,64,96}
 VARIANTS=${VARIANTS:-mh,th_identity,th_fan_in}
@@ -98,6 +97,8 @@ if [[ "$PRE_LR" != 1e-3 ]]; then PRE_DIR_SUFFIX="_lr$PRE_LR" ROW_SUFFIX="_pre$PR
 if [[ "$PRE_SEED" != 0 ]]; then
   PRE_DIR_SUFFIX+="_seed$PRE_SEED" ROW_SUFFIX+="_seed$PRE_SEED"
 fi
+# Rows and the default table of another pretraining rate or seed are named by it too.
+RESULTS=${2:-docs/results/head_counts_$INIT$ROW_SUFFIX}
 # A long pretraining checkpoints every 250 steps (a killed one loses at most that) and
 # evaluates 8 times; a 1-step one once.
 CHECKPOINT_EVERY=$(( STEPS < 250 ? STEPS : 250 ))
@@ -142,7 +143,7 @@ for heads in ${HEADS//,/ }; do
         --config.init_from="$source_dir" --config.glue_dir="$GLUE_DIR" \
         --config.write_test_predictions=false --config.save_model=none \
         $flags --workdir "$OUT/h$heads/$name$ROW_SUFFIX"
-    ROWS+=(--row "${name}_h$heads=$OUT/h$heads/$name$ROW_SUFFIX")
+    ROWS+=(--row "${name}_h$heads$ROW_SUFFIX=$OUT/h$heads/$name$ROW_SUFFIX")
   done
   # Multi-head against each talking-heads row, identity against fan-in, and each slip
   # against the reference it departs from.
@@ -152,11 +153,11 @@ for heads in ${HEADS//,/ }; do
       nat_th_ref:slip_drop_before nat_th_ref:slip_no_pre nat_th_ref:slip_model_std; do
     a=${pair%:*} b=${pair#*:}
     if [[ ",$VARIANTS," == *",$a,"* && ",$VARIANTS," == *",$b,"* ]]; then
-      PAIRS+=(--pairs "${a}_h$heads:${b}_h$heads")
+      PAIRS+=(--pairs "${a}_h$heads$ROW_SUFFIX:${b}_h$heads$ROW_SUFFIX")
     fi
   done
   if [[ ",$VARIANTS," == *",mh,"* && ",$VARIANTS," == *",th_fan_in,"* ]]; then
-    TREND+=(--trend "mh_h$heads:th_fan_in_h$heads@$heads")
+    TREND+=(--trend "mh_h$heads$ROW_SUFFIX:th_fan_in_h$heads$ROW_SUFFIX@$heads")
   fi
 done
 # Does the fan-in deficit grow with the head count? (a fresh draw leaves each head

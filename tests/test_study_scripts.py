@@ -383,7 +383,7 @@ def test_head_count_study_trains_native_variants_and_slips_from_their_own_pretra
     assert ",steps=4000," in only[0][3] and ",lr=3e-3," in only[0][3]
     assert only[0][3].endswith(",seed=0")
     seeded = subprocess.run(
-        ["bash", "scripts/head_count_study.sh", str(out), str(tables)], cwd=REPO,
+        ["bash", "scripts/head_count_study.sh", str(out)], cwd=REPO,
         env=dict(env, INIT="pretrained", PRE_SEED="1", VARIANTS="mh,nat_th_fan_in"),
         capture_output=True, text=True, timeout=60)
     seeded = [shlex.split(x) for x in seeded.stdout.splitlines()]
@@ -391,6 +391,10 @@ def test_head_count_study_trains_native_variants_and_slips_from_their_own_pretra
         str(out / "pretrain_h48_seed1"), str(out / "h48" / "mh_seed1"),
         str(out / "pretrain_h48_nat_th_fan_in_seed1"), str(out / "h48" / "nat_th_fan_in_seed1")]
     assert all(x[3].endswith(",seed=1") for x in seeded if "train.py" in x)
+    compare = seeded[-1]  # its rows and default table are named by the seed
+    assert [compare[i + 1] for i, a in enumerate(compare) if a == "--pairs"] == [
+        "mh_h48_seed1:nat_th_fan_in_h48_seed1"]
+    assert compare[-2:] == ["--out", "docs/results/head_counts_pretrained_seed1"]
     assert "--config.checkpoint_every_steps=250" in only[0]  # a kill loses at most 250
     assert "--config.eval_every_steps=500" in only[0]
     assert not out.exists()

@@ -27,12 +27,14 @@ B, T, N, K = 2, 5, 4, 3
 RATE = 0.3
 
 
-def _inputs(seed: int = 0):
+def _inputs(value_heads: int, seed: int = 0):
     rng = np.random.default_rng(seed)
-    q, k, v = (rng.normal(size=(B, T, N, K)).astype(np.float32) for _ in range(3))
+    q, k = (rng.normal(size=(B, T, N, K)).astype(np.float32) for _ in range(2))
+    v = rng.normal(size=(B, T, value_heads, K)).astype(np.float32)
     mask = np.ones((B, T), bool)
     mask[1, 3:] = False
-    p_l, p_w = (rng.normal(size=(N, N)).astype(np.float32) for _ in range(2))
+    p_l = rng.normal(size=(N, N)).astype(np.float32)
+    p_w = rng.normal(size=(N, value_heads)).astype(np.float32)
     return q, k, v, mask, p_l, p_w
 
 
@@ -51,23 +53,65 @@ def _numpy_attention(q, k, v, mask, p_l, p_w, keep, before: bool) -> np.ndarray:
     return np.einsum("BGTS,BSGV->BTGV", weights, v)
 
 
+@pytest.mark.parametrize("impl", ["full", "chunked"])
+@pytest.mark.parametrize("value_heads", [N, 2])
 @pytest.mark.parametrize("before", [False, True])
-def test_dropout_before_or_after_the_weights_mixing_equals_numpy(before):
-    q, k, v, mask, p_l, p_w = _inputs()
-    rng = jax.random.key(3)
-    # The keep-mask the layer draws: dropout_weights on ones of the weights' shape.
-    keep = np.asarray(dropout_weights(jnp.ones((B, N, T, T)), RATE, rng)) > 0
-    core = _Core(mask_before=False, dropout_rate=RATE, broadcast_queries=False,
-                 dropout_before_mixing=before)
+def test_dropout_before_or_after_the_weights_mixing_equals_numpy(before, value_heads, impl):
+    """Both placements, with as many value heads as heads and fewer (then the two draw
+    masks of different shapes), in the full path and the chunked one (Mesh TF's noise
+    shape there: one mask for every query, so every chunk draws the same)."""
     from attention.talking_heads import Mixing
-    out = core(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(mask),
-               Mixing(jnp.asarray(p_l)), Mixing(jnp.asarray(p_w)), rng)
+
+    q, k, v, mask, p_l, p_w = _inputs(value_heads)
+    rng = jax.random.key(3)
+    shared = impl == "chunked"
+    # The keep-mask the layer draws: dropout_weights on ones of the dropped tensor's shape.
+    dropped_heads = N if before else value_heads
+    keep = np.asarray(dropout_weights(jnp.ones((B, dropped_heads, T, T)), RATE, rng,
+                                      shared)) > 0
+    core = _Core(mask_before=False, dropout_rate=RATE, broadcast_queries=shared,
+                 dropout_before_mixing=before)
+    args = (jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(mask),
+            Mixing(jnp.asarray(p_l)), Mixing(jnp.asarray(p_w)), rng)
+    out = np.asarray(core.chunked(*args, 2) if shared else core(*args))
     expected = _numpy_attention(q, k, v, mask, p_l, p_w, keep, before)
-    np.testing.assert_allclose(np.asarray(out)[0], expected[0], rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(out)[1, :3], expected[1, :3], rtol=1e-4, atol=1e-5)
-    # The two placements are different functions of the same draw.
-    other = _numpy_attention(q, k, v, mask, p_l, p_w, keep, not before)
-    assert np.abs(expected - other).max() > 1e-2
+    np.testing.assert_allclose(out[0], expected[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out[1, :3], expected[1, :3], rtol=1e-4, atol=1e-5)
+    if value_heads == N:  # the same draw in the other place: a different function
+        other = _numpy_attention(q, k, v, mask, p_l, p_w, keep, not before)
+        assert np.abs(expected - other).max() > 1e-2
+
+
+def test_the_memory_model_counts_the_tensors_the_backward_pass_keeps():
+    """Dropout before P_w keeps its 1-byte mask at the H heads of W, not the G of U (JAX's
+    saved residuals), and models/memory.py's bytes per score follow: W (H), the mask and
+    the dropped copy (H), U (G) and the logits before P_l (N), against W (H), the mask
+    and dropped copy of U (G) and the logits (N) after P_w."""
+    from jax._src.ad_checkpoint import saved_residuals
+
+    from attention.talking_heads import Mixing, TalkingHeadsAttention
+
+    heads, values, element = 4, 2, 4
+    for before in (False, True):
+        core = _Core(False, RATE, False, dropout_before_mixing=before)
+
+        def loss(q, k, v, p_l, p_w, core=core):
+            return core(q, k, v, jnp.ones((B, T), bool), Mixing(p_l), Mixing(p_w),
+                        jax.random.key(0)).sum()
+
+        kept = saved_residuals(loss, jnp.ones((B, T, heads, K)), jnp.ones((B, T, heads, K)),
+                               jnp.ones((B, T, values, K)), jnp.eye(heads),
+                               jnp.ones((heads, values)))
+        masks = [s.shape for s, _ in kept if s.dtype == jnp.bool_ and s.shape[-2:] == (T, T)]
+        assert masks == [(B, heads if before else values, T, T)]
+        cfg = tiny_model_config(
+            attention="talking_heads", attention_dropout_rate=0.1, num_heads=heads,
+            hidden_size=12, talking_heads={
+                "num_value_heads": values,
+                "dropout_placement": "before_mixing" if before else "after_mixing"})
+        by_hand = (element * heads + (1 + element) * heads + element * values
+                   if before else element * heads + (1 + element) * values)
+        assert TalkingHeadsAttention.saved_score_bytes(cfg, element) == by_hand + element * heads
 
 
 def test_dropout_placement_is_a_model_setting_that_changes_training_only():
@@ -116,6 +160,10 @@ def test_the_switches_are_short_args_and_a_bad_value_is_one_line():
     bad = model_configs.get_config("size=mini,attention=talking_heads,th_dropout_at=nowhere")
     with pytest.raises(ConfigError, match=r"dropout_placement='nowhere' is unknown"):
         ModelConfig.from_config(bad.model).validate()
+    nothing_to_drop_before = model_configs.get_config(
+        "size=mini,attention=talking_heads,th_dropout_at=before_mixing,th_projections=logits")
+    with pytest.raises(ConfigError, match=r"'before_mixing' needs the weights mixing P_w"):
+        ModelConfig.from_config(nothing_to_drop_before.model).validate()
 
 
 class FixedDrop(torch.nn.Module):
