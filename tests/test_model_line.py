@@ -22,8 +22,9 @@ def test_the_attention_is_described_by_its_resolved_heads_and_its_own_settings()
                                                       impl="chunked"))
     assert describe_attention(th) == (
         "talking_heads (heads 4, key size 32, value size 128, h_k 8, h_v 2, num logit heads "
-        "8, num value heads 2, projections both, mask placement after, init fan_in, groups "
-        "1, dynamic projections x2l+m2w, dynamic init scale 0.01)")  # no impl: execution
+        "8, num value heads 2, projections both, mask placement after, init fan_in, dropout "
+        "placement after_mixing, groups 1, dynamic projections x2l+m2w, dynamic init scale "
+        "0.01)")  # no impl: execution
     assert "dynamic projections off" in describe_attention(ModelConfig(attention="talking_heads"))
 
 
@@ -36,6 +37,7 @@ def test_pretrainings_model_line_names_the_settings(tmp_path, monkeypatch):
                                 compiled=types.SimpleNamespace(abstract_state={"params": params}))
     pretrain.announce(run, types.SimpleNamespace(vocab_size=8192, train=range(10)))
     assert lines == ["model talking_heads (heads 12, key size 64, value size 64, h_k 12, "
-                     "h_v 12, projections both, mask placement after, init fan_in, groups 1, "
-                     "dynamic projections off, dynamic init scale 0.01): 5.57M parameters, "
+                     "h_v 12, projections both, mask placement after, init fan_in, dropout "
+                     "placement after_mixing, groups 1, dynamic projections off, dynamic init "
+                     "scale 0.01): 5.57M parameters, "
                      "vocabulary 8192, 10 train sequences"]
