@@ -33,7 +33,9 @@
 # PRE_LR (default 1e-3) is the pretraining's rate; another one pretrains into
 # pretrain_h{H}[_VARIANT]_lr{PRE_LR} and fine-tunes into h{H}/{VARIANT}_pre{PRE_LR}, so a
 # rate grid of pretrainings lives in one OUT; PRE_SEED (default 0) likewise adds _seed{S}
-# to both (a second pretraining seed); PRETRAIN_ONLY=1 stops after pretraining.
+# to both (a second pretraining seed); PRETRAIN_ONLY=1 stops after pretraining. TASK
+# (default sst2) fine-tunes another GLUE task, e.g. a sentence pair (TASK=mrpc), into
+# OUT/TASK/h{H}/... with its own default table, on the same pretrainings.
 #
 # A finished pretraining (training.results --is_finished) is reused as it is, without
 # train.py's checks: another CORPUS needs another OUT (other STEPS go to train.py).
@@ -98,7 +100,10 @@ if [[ "$PRE_SEED" != 0 ]]; then
   PRE_DIR_SUFFIX+="_seed$PRE_SEED" ROW_SUFFIX+="_seed$PRE_SEED"
 fi
 # Rows and the default table of another pretraining rate or seed are named by it too.
-RESULTS=${2:-docs/results/head_counts_$INIT$ROW_SUFFIX}
+TASK=${TASK:-sst2}
+TASK_DIR="$OUT" TASK_SUFFIX=""
+if [[ "$TASK" != sst2 ]]; then TASK_DIR="$OUT/$TASK" TASK_SUFFIX="_$TASK"; fi
+RESULTS=${2:-docs/results/head_counts_$INIT$ROW_SUFFIX$TASK_SUFFIX}
 # A long pretraining checkpoints every 250 steps (a killed one loses at most that) and
 # evaluates 8 times; a 1-step one once.
 CHECKPOINT_EVERY=$(( STEPS < 250 ? STEPS : 250 ))
@@ -139,11 +144,11 @@ for heads in ${HEADS//,/ }; do
     if [[ -n "${PRETRAIN_ONLY:-}" ]]; then continue; fi
     # shellcheck disable=SC2086  # the variant's flags are words
     "${RUN[@]}" "$PYTHON" eval_glue.py \
-        --config "configs/glue.py:task=sst2,seeds=$SEEDS,lr=$LRS,epochs=$EPOCHS,max_train=$MAX_TRAIN,seq_len=64,group_by_length=true,buckets=32/64,init=$INIT" \
+        --config "configs/glue.py:task=$TASK,seeds=$SEEDS,lr=$LRS,epochs=$EPOCHS,max_train=$MAX_TRAIN,seq_len=64,group_by_length=true,buckets=32/64,init=$INIT" \
         --config.init_from="$source_dir" --config.glue_dir="$GLUE_DIR" \
         --config.write_test_predictions=false --config.save_model=none \
-        $flags --workdir "$OUT/h$heads/$name$ROW_SUFFIX"
-    ROWS+=(--row "${name}_h$heads$ROW_SUFFIX=$OUT/h$heads/$name$ROW_SUFFIX")
+        $flags --workdir "$TASK_DIR/h$heads/$name$ROW_SUFFIX"
+    ROWS+=(--row "${name}_h$heads$ROW_SUFFIX=$TASK_DIR/h$heads/$name$ROW_SUFFIX")
   done
   # Multi-head against each talking-heads row, identity against fan-in, and each slip
   # against the reference it departs from.

@@ -395,6 +395,17 @@ def test_head_count_study_trains_native_variants_and_slips_from_their_own_pretra
     assert [compare[i + 1] for i, a in enumerate(compare) if a == "--pairs"] == [
         "mh_h48_seed1:nat_th_fan_in_h48_seed1"]
     assert compare[-2:] == ["--out", "docs/results/head_counts_pretrained_seed1"]
+    pair = subprocess.run(  # a sentence-pair task on the same pretrainings
+        ["bash", "scripts/head_count_study.sh", str(out)], cwd=REPO,
+        env=dict(env, INIT="pretrained", TASK="mrpc", VARIANTS="mh,nat_th_fan_in"),
+        capture_output=True, text=True, timeout=60)
+    pair = [shlex.split(x) for x in pair.stdout.splitlines()]
+    glue = [x for x in pair if "eval_glue.py" in x]
+    assert all(x[3].startswith("configs/glue.py:task=mrpc,") for x in glue)
+    assert [x[x.index("--workdir") + 1] for x in glue] == [
+        str(out / "mrpc" / "h48" / "mh"), str(out / "mrpc" / "h48" / "nat_th_fan_in")]
+    assert f"--config.init_from={out / 'pretrain_h48_nat_th_fan_in'}" in glue[1]
+    assert pair[-1][-2:] == ["--out", "docs/results/head_counts_pretrained_mrpc"]
     assert "--config.checkpoint_every_steps=250" in only[0]  # a kill loses at most 250
     assert "--config.eval_every_steps=500" in only[0]
     assert not out.exists()
