@@ -85,8 +85,11 @@ declare -A NATIVE=(
   [slip_model_std]="$TH,th_init=model_std"
 )
 KNOWN="mh, th_identity, th_fan_in, nat_th_identity, nat_th_fan_in, nat_th_ref, slip_drop_before, slip_no_pre, slip_model_std"
+NEEDS_MH_PRETRAINING=""  # an inserted variant (mh included) fine-tunes the multi-head one
 for name in ${VARIANTS//,/ }; do
-  if [[ -z "${INSERTED[$name]+x}" && -z "${NATIVE[$name]+x}" ]]; then
+  if [[ -n "${INSERTED[$name]+x}" ]]; then
+    NEEDS_MH_PRETRAINING=1
+  elif [[ -z "${NATIVE[$name]+x}" ]]; then
     echo "error: VARIANTS: $name is not one of $KNOWN" >&2; exit 1
   fi
 done
@@ -99,10 +102,11 @@ if [[ "$PRE_LR" != 1e-3 ]]; then PRE_DIR_SUFFIX="_lr$PRE_LR" ROW_SUFFIX="_pre$PR
 if [[ "$PRE_SEED" != 0 ]]; then
   PRE_DIR_SUFFIX+="_seed$PRE_SEED" ROW_SUFFIX+="_seed$PRE_SEED"
 fi
-# Rows and the default table of another pretraining rate or seed are named by it too.
+# Another task than SST-2 fine-tunes into OUT/TASK/.
 TASK=${TASK:-sst2}
 TASK_DIR="$OUT" TASK_SUFFIX=""
 if [[ "$TASK" != sst2 ]]; then TASK_DIR="$OUT/$TASK" TASK_SUFFIX="_$TASK"; fi
+# Rows and the default table of another pretraining rate, seed or task are named by it.
 RESULTS=${2:-docs/results/head_counts_$INIT$ROW_SUFFIX$TASK_SUFFIX}
 # A long pretraining checkpoints every 250 steps (a killed one loses at most that) and
 # evaluates 8 times; a 1-step one once.
@@ -131,7 +135,7 @@ PAIRS=()
 TREND=()
 for heads in ${HEADS//,/ }; do
   mh_pretraining="$OUT/pretrain_h$heads$PRE_DIR_SUFFIX"
-  if [[ ",$VARIANTS," =~ ,(mh|th_identity|th_fan_in), ]]; then
+  if [[ -n "$NEEDS_MH_PRETRAINING" ]]; then
     pretrain "$mh_pretraining" "heads=$heads"
   fi
   for name in ${VARIANTS//,/ }; do
