@@ -150,9 +150,11 @@ def compile_run(task: Task, pretrained: Pretrained, num_train: int, learning_rat
     if pretrained.bert_params is None:  # init=scratch: one stream per pretraining seed
         init_key = jax.random.fold_in(init_key, pretrained.init_stream)
     sharded = sharding.ShardedState(init_state, mesh, rules, init_key)
-    # Dropout keys fold the step into key(seed + 1), apart from the init key above.
+    # Dropout keys fold the step into key(seed + 1), apart from the init key above. The
+    # seed travels with each batch (train_epochs), so the grid's runs at one rate compile
+    # one step: the persistent compilation cache serves every seed after the first.
     train_step = sharded.jit_step(steps.make_train_step(
-        model, optimizer, schedule, seed + 1, prepare_params=sharded.gather,
+        model, optimizer, schedule, None, prepare_params=sharded.gather,
         objective=task.objective(),
         dropout_prng=config.get("dropout_prng", steps.DEFAULT_DROPOUT_PRNG)))
     with mesh, nn.logical_axis_rules(rules):
@@ -196,7 +198,8 @@ def train_epochs(run: FineTuneRun, state: FineTuneState, train: dict[str, np.nda
                 continue
             with run.mesh, nn.logical_axis_rules(run.rules):
                 state.train_state, step_metrics = run.train_step(
-                    state.train_state, on_mesh(batch, run.mesh, run.rules))
+                    state.train_state, {**on_mesh(batch, run.mesh, run.rules),
+                                        steps.DROPOUT_SEED: np.int32(run.seed + 1)})
             state.step += 1
             if state.step % config.log_every_steps == 0 or state.step == run.total_steps:
                 log_train_step(run, state, step_metrics, writer)

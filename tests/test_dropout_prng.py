@@ -20,8 +20,9 @@ from training.pretrain_loop import TrainingError
 from training.resume import check_same_dropout_prng
 
 
-def one_step(dropout_prng: str):
-    """(loss_sum, new params) of one train step of a one-layer model with dropout 0.1."""
+def one_step(dropout_prng: str, seed: int = 0, seed_at_run_time: bool = False):
+    """(loss_sum, new params) of one train step of a one-layer model with dropout 0.1;
+    seed_at_run_time: the dropout seed comes with the batch (make_train_step(seed=None))."""
     import flax.linen as nn
 
     from configs import pretrain
@@ -36,8 +37,11 @@ def one_step(dropout_prng: str):
                                  batch["attention_mask"], batch["masked_positions"])["params"])
     state = {"step": jnp.zeros((), jnp.int32), "params": params,
              "opt_state": optimizer.init(params)}
-    step = jax.jit(steps.make_train_step(model, optimizer, schedule, 0,
+    step = jax.jit(steps.make_train_step(model, optimizer, schedule,
+                                         None if seed_at_run_time else seed,
                                          dropout_prng=dropout_prng))
+    if seed_at_run_time:
+        batch = {**batch, steps.DROPOUT_SEED: np.int32(seed)}
     new_state, metrics = step(state, batch)
     return float(metrics["loss_sum"]), new_state["params"]
 
@@ -45,6 +49,24 @@ def one_step(dropout_prng: str):
 @pytest.mark.slow  # compiles two train steps
 def test_another_prng_draws_other_masks():
     assert one_step("rbg")[0] != one_step("threefry")[0]  # other masks, another loss
+
+
+@pytest.mark.parametrize("dropout_prng", ["threefry", "rbg"])
+def test_a_seed_given_at_run_time_draws_the_constant_seeds_masks_bit_for_bit(dropout_prng):
+    """Fine-tuning passes the dropout seed with each batch so one compiled step serves every
+    seed of a grid; it must be the same run as with the seed compiled in."""
+    loss, params = one_step(dropout_prng, seed=3)
+    loss_rt, params_rt = one_step(dropout_prng, seed=3, seed_at_run_time=True)
+    assert loss_rt == loss
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params),
+                                                     jax.tree.leaves(params_rt), strict=True))
+    assert one_step(dropout_prng, seed=4, seed_at_run_time=True)[0] != loss  # other masks
+
+
+def test_a_run_time_seed_missing_from_the_batch_is_refused():
+    step = steps.make_train_step(None, None, None, None)
+    with pytest.raises(ValueError, match="the batch has no dropout_seed"):
+        step({"step": 0}, {"input_ids": np.zeros((1, 2), np.int32)})
 
 
 def test_the_gpu_kernel_choice_is_threefry_lowered_as_a_kernel_and_others_are_refused():

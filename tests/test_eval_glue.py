@@ -171,6 +171,40 @@ def test_preempted_fine_tuning_resumes_to_the_same_result(pretrained_workdir, tm
 
 
 @pytest.mark.slow
+def test_a_grids_seeds_at_one_rate_share_one_compiled_train_step(pretrained_workdir, tmp_path):
+    """The dropout seed travels with the batch, so two runs that differ only in their seed
+    lower to the same program (the compilation cache then serves the second); the rate is
+    still part of the program."""
+    from training import steps
+    from training.preemption import PreemptionFlag
+
+    glue_dir = tmp_path / "glue"
+    write_sst2(str(glue_dir / "SST-2"), np.random.default_rng(2))
+    config = glue_config(init_from=pretrained_workdir, glue_dir=str(glue_dir),
+                         max_train_examples=32, dropout_rate=0.1)
+    pretrained = starts.load_pretrained(config)
+    task = finetuning.get("sst2")
+    data = task.load(config, pretrained.tokenizer)
+    mesh, rules = one_run.make_mesh(config)
+
+    def lowered(lr: float, seed: int) -> str:
+        run = one_run.compile_run(task, pretrained, data.num_train, lr, seed, config,
+                                  str(tmp_path / f"run{lr}_{seed}"), mesh, rules,
+                                  PreemptionFlag())
+        state = one_run.restore_or_init_run(run)
+        order = batching.epoch_order(data["train"]["attention_mask"].sum(axis=1), seed, 0,
+                                     config.batch_size)
+        batch = next(batching.batches(data["train"], order, config.batch_size, run.buckets,
+                                      task.label_keys))
+        with mesh:
+            return run.train_step.lower(
+                state.train_state, {**batching.on_mesh(batch, mesh, rules),
+                                    steps.DROPOUT_SEED: np.int32(seed + 1)}).as_text()
+
+    assert lowered(2e-3, 0) == lowered(2e-3, 1)
+    assert lowered(2e-3, 0) != lowered(1e-3, 0)
+
+
 def test_a_signal_while_evaluating_stops_resumably_and_the_rerun_only_evaluates(
         pretrained_workdir, tmp_path, monkeypatch):
     """SIGTERM after training, while the dev set is predicted: the state is saved, the

@@ -203,11 +203,20 @@ def global_norm(tree: Any) -> jax.Array:
     return optax.global_norm(tree)
 
 
-def make_train_step(model, optimizer: optax.GradientTransformation, schedule, seed: int,
+# The batch key of a dropout seed given at run time (make_train_step's seed=None).
+DROPOUT_SEED = "dropout_seed"
+
+
+def make_train_step(model, optimizer: optax.GradientTransformation, schedule, seed: int | None,
                     grad_accum_steps: int = 1, skip_nonfinite: bool = False,
                     prepare_params=lambda params: params, masker=None,
                     objective=None, dropout_prng: str = DEFAULT_DROPOUT_PRNG):
     """Returns train_step(state, batch) -> (state, metrics); state = {step, params, opt_state}.
+
+    `seed`: the dropout masks' seed. None: every batch carries it as batch[DROPOUT_SEED]
+    (an int32 scalar), so runs that differ only in their seed share one compiled step
+    (a fine-tuning grid compiles once per rate, not once per run); the masks are the
+    same bits as with the constant.
 
     `objective`: MLMObjective (pretraining, the default) or ClassifierObjective (GLUE).
     `prepare_params` maps stored params to their compute layout (e.g. the FSDP
@@ -230,10 +239,16 @@ def make_train_step(model, optimizer: optax.GradientTransformation, schedule, se
     grad_fn = jax.grad(loss_and_sums, has_aux=True)
 
     def train_step(state, batch: Batch):
+        dropout_seed = seed
+        if seed is None:
+            batch = dict(batch)
+            if DROPOUT_SEED not in batch:
+                raise ValueError(f"make_train_step(seed=None): the batch has no {DROPOUT_SEED}")
+            dropout_seed = batch.pop(DROPOUT_SEED)
         if masker is not None:
             batch = masker(batch)
         # The dropout key is a function of (seed, step): a resumed run draws the same masks.
-        rng = jax.random.fold_in(jax.random.key(seed, impl=impl), state["step"])
+        rng = jax.random.fold_in(jax.random.key(dropout_seed, impl=impl), state["step"])
         # Mean over every real target of the global batch (all micro-batches).
         denominator = jnp.maximum(jnp.sum(objective.weights(batch)), 1.0)
         grads, sums = accumulated_grads(grad_fn, state["params"], batch, rng, denominator,
