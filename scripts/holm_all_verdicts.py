@@ -354,6 +354,41 @@ def part5_fisher(results: str) -> list[Check]:
                   "docs/results/synthetic_fixed_params/significance.csv")]
 
 
+# SST-2 dev: 444 of its 872 sentences are positive, so a classifier that predicts the
+# majority class for every sentence scores exactly this.
+SST2_MAJORITY = 100 * 444 / 872
+PART9_FRESH_SEEDS = range(5, 10)  # declared before these ran, from what seeds 0-4 showed
+PART9_RATES = (3e-4, 1e-3, 3e-3)  # the grid every row shares (model_std's 1e-2 left out)
+
+
+def majority_runs(row: dict[str, Any], task: str = "SST-2") -> tuple[int, int]:
+    """(runs at the majority class, runs) over PART9_FRESH_SEEDS x PART9_RATES; a run
+    missing from the row is an error, not a smaller count."""
+    by_lr = {float(k): {int(s): float(v) for s, v in seeds.items()}
+             for k, seeds in row["scores"][task].items()}
+    values = [by_lr[lr][seed] for lr in PART9_RATES for seed in PART9_FRESH_SEEDS]
+    return sum(abs(v - SST2_MAJORITY) < 1e-6 for v in values), len(values)
+
+
+def part9_majority_fisher(results: str) -> list[Check]:
+    """Runs that never leave the majority class, the N(0, 0.02) mixing (slip_model_std)
+    against multi-head at 48 and 96 heads, on the fresh seeds only: Fisher's exact test,
+    as RESULTS part 9 declared before those seeds ran."""
+    rows = {r["name"]: r for r in read_json(results, "th_slips_scratch")["rows"]}
+    out = []
+    for heads in (48, 96):
+        a, b = f"mh_h{heads}", f"slip_model_std_h{heads}"
+        (stuck_a, n_a), (stuck_b, n_b) = majority_runs(rows[a]), majority_runs(rows[b])
+        p = float(scipy.stats.fisher_exact([[stuck_a, n_a - stuck_a],
+                                            [stuck_b, n_b - stuck_b]]).pvalue)
+        out.append(Check("9", "part 9: runs at the majority class, seeds 5-9 (Fisher)", a, b,
+                         "share of runs at SST-2's majority class", "", "Fisher exact",
+                         f"{stuck_a}/{n_a} vs {stuck_b}/{n_b}", stuck_b / n_b - stuck_a / n_a,
+                         None, p, "docs/results/th_slips_scratch/table.json",
+                         higher_is_better=False))
+    return out
+
+
 def part6_minilm_cost(results: str) -> dict[str, float]:
     """MiniLM against the small model on part 6's protocol (64 tokens): parameters and
     forward FLOPs per token from the table (models/flops.py's count)."""
@@ -398,6 +433,8 @@ def collect(results: str) -> list[Check]:
         *from_csv(results, "8", "synthetic_mode_3000"),
         *from_csv(results, "8", "synthetic_mode_3000_h2h8"),
         *part8_3000_across(results),
+        *from_finetune_json(results, "9", "th_slips_scratch"),
+        *part9_majority_fisher(results),
         *from_csv(results, "appendix", "talking_heads_cpu"),
         *from_csv(results, "appendix", "key_size_cpu"),
     ]

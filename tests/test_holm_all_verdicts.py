@@ -75,6 +75,54 @@ def in_family(report, family):
     return [t for t in report["tests"] if t["family"] == family]
 
 
+def fake_slips_table(results, stuck: dict[str, int], missing: str = "") -> None:
+    """th_slips_scratch/table.json with rows whose seeds 5-9 have `stuck` runs (of 15) at
+    SST-2's majority class; seeds 0-4 and a 1e-2 column all stuck, which must not count."""
+    rows = []
+    for name, k in stuck.items():
+        scores = {}
+        for lr in ("0.0003", "0.001", "0.003", "0.01"):
+            scores[lr] = {str(s): h.SST2_MAJORITY for s in range(5)}
+            if lr == "0.01":
+                continue
+            for s in range(5, 10):
+                scores[lr][str(s)] = h.SST2_MAJORITY if k > 0 else 70.0 + s / 10
+                k -= scores[lr][str(s)] == h.SST2_MAJORITY
+        if name == missing:
+            del scores["0.003"]["7"]
+        rows.append({"name": name, "scores": {"SST-2": scores}})
+    os.makedirs(os.path.join(results, "th_slips_scratch"))
+    with open(os.path.join(results, "th_slips_scratch", "table.json"), "w") as f:
+        json.dump({"rows": rows, "tests": []}, f)
+
+
+def test_part9_fisher_counts_the_fresh_seeds_only_and_matches_the_hypergeometric_sum(tmp_path):
+    fake_slips_table(str(tmp_path), {"mh_h48": 2, "slip_model_std_h48": 10,
+                                     "mh_h96": 1, "slip_model_std_h96": 1})
+    at48, at96 = h.part9_majority_fisher(str(tmp_path))
+    assert (at48.n, at96.n) == ("2/15 vs 10/15", "1/15 vs 1/15")
+
+    def two_sided(a: int, b: int, n: int) -> float:
+        # Fisher by hand: every table with the same margins (n runs per row, a + b stuck)
+        # as likely as the observed one or less, by the hypergeometric law.
+        k = a + b
+        prob = {x: math.comb(n, x) * math.comb(n, k - x) / math.comb(2 * n, k)
+                for x in range(max(0, k - n), min(k, n) + 1)}
+        return sum(q for q in prob.values() if q <= prob[a] * (1 + 1e-9))
+
+    assert at48.p == pytest.approx(two_sided(2, 10, 15))
+    assert at48.p < 0.01 and at96.p == pytest.approx(1.0)
+    assert at48.verdict(at48.p) == "mh_h48 better"  # more stuck runs is worse
+
+
+def test_part9_fisher_refuses_a_missing_run(tmp_path):
+    fake_slips_table(str(tmp_path), {"mh_h48": 0, "slip_model_std_h48": 3,
+                                     "mh_h96": 0, "slip_model_std_h96": 0},
+                     missing="slip_model_std_h48")
+    with pytest.raises(KeyError):
+        h.part9_majority_fisher(str(tmp_path))
+
+
 def test_the_paired_tables_reproduce_their_files(report):
     """Every paired test of a fine-tuning table.json has the file's own p and Holm p."""
     checked = 0
@@ -86,7 +134,7 @@ def test_the_paired_tables_reproduce_their_files(report):
         assert t["p"] == pytest.approx(recorded["p_t"], rel=1e-9)
         assert t["p_table"] == pytest.approx(recorded["p_holm"], rel=1e-9)
         checked += 1
-    assert checked == 34
+    assert checked == 48  # 34, and part 9's 14 since it joined
 
 
 def test_part6_by_welch(report):
@@ -117,7 +165,8 @@ def test_the_numbers_results_states(report):
                  and not np.isnan(t["p_project"]) and t["p_project"] < 0.05]
     # 13 since issue 49's experiment 4 (part 8's 2 vs 32 heads at 3000 steps, accuracy and
     # MLM loss, across the two folders) joined the family: 161 tests, was 155 with 11.
-    assert size == 161
+    # Part 9 (its table's 14 tests and the declared Fisher pair) made it 177, still 13.
+    assert size == 177
     assert len(survivors) == 13
     at_3000 = [t for t in survivors if t["family"].startswith("part 8: 2 and 8 vs 32 heads")]
     assert sorted((t["metric"], t["a"], t["b"]) for t in at_3000) == [
