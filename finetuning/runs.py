@@ -103,6 +103,11 @@ class FineTuneRun:
     checkpointer: checkpoints.Checkpointer
     preemption: PreemptionFlag
 
+    @property
+    def dropout_seed(self) -> np.int32:
+        """The seed of the dropout keys, key(seed + 1): apart from the init key."""
+        return np.int32(self.seed + 1)
+
     def stop_if_requested(self, state: FineTuneState, during: str) -> None:
         """Saves this step's state (once) and stops, when a signal asked for it."""
         if not self.preemption.requested():
@@ -150,9 +155,9 @@ def compile_run(task: Task, pretrained: Pretrained, num_train: int, learning_rat
     if pretrained.bert_params is None:  # init=scratch: one stream per pretraining seed
         init_key = jax.random.fold_in(init_key, pretrained.init_stream)
     sharded = sharding.ShardedState(init_state, mesh, rules, init_key)
-    # Dropout keys fold the step into key(seed + 1), apart from the init key above. The
-    # seed travels with each batch (train_epochs), so the grid's runs at one rate compile
-    # one step: the persistent compilation cache serves every seed after the first.
+    # The dropout seed (FineTuneRun.dropout_seed) travels with each batch (train_epochs),
+    # so the grid's runs at one rate compile one step: the persistent compilation cache
+    # serves every seed after the first.
     train_step = sharded.jit_step(steps.make_train_step(
         model, optimizer, schedule, None, prepare_params=sharded.gather,
         objective=task.objective(),
@@ -199,7 +204,7 @@ def train_epochs(run: FineTuneRun, state: FineTuneState, train: dict[str, np.nda
             with run.mesh, nn.logical_axis_rules(run.rules):
                 state.train_state, step_metrics = run.train_step(
                     state.train_state, {**on_mesh(batch, run.mesh, run.rules),
-                                        steps.DROPOUT_SEED: np.int32(run.seed + 1)})
+                                        steps.DROPOUT_SEED: run.dropout_seed})
             state.step += 1
             if state.step % config.log_every_steps == 0 or state.step == run.total_steps:
                 log_train_step(run, state, step_metrics, writer)

@@ -364,9 +364,8 @@ PART9_RATES = (3e-4, 1e-3, 3e-3)  # the grid every row shares (model_std's 1e-2 
 def majority_runs(row: dict[str, Any], task: str = "SST-2") -> tuple[int, int]:
     """(runs at the majority class, runs) over PART9_FRESH_SEEDS x PART9_RATES; a run
     missing from the row is an error, not a smaller count."""
-    by_lr = {float(k): {int(s): float(v) for s, v in seeds.items()}
-             for k, seeds in row["scores"][task].items()}
-    values = [by_lr[lr][seed] for lr in PART9_RATES for seed in PART9_FRESH_SEEDS]
+    values = [at_lr(row, task, lr)[1][seed] for lr in PART9_RATES
+              for seed in PART9_FRESH_SEEDS]
     return sum(abs(v - SST2_MAJORITY) < 1e-6 for v in values), len(values)
 
 
