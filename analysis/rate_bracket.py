@@ -1,0 +1,260 @@
+"""Each row's best pretraining rate in a study's rate grid, and whether the grid brackets it.
+
+The command line is scripts/rate_bracket.py.
+
+A study pretrains one row (an architecture: a variant at a head count) at several
+learning rates into sibling workdirs, e.g. scripts/head_count_study.sh's
+pretrain_h48_nat_th_identity_lr3e-4. A row's rate is picked by the final held-out MLM
+loss (final_metrics.json), and a pick is only trusted when a finished run at a lower
+and at a higher rate both ended worse: a best rate at the grid's edge may be beaten
+outside it, and the next rate to try is the next point of the half-decade grid
+(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, ...) beyond that edge. Runs are grouped by their
+workdir name with the _lr<rate> and _seed<n> parts removed, and by the pretraining
+seed and step count their config.json records, so a second seed or a longer schedule
+is a row of its own. The rate itself is config.json's, not the name's.
+
+One pretraining seed per rate picks the rate by a point estimate: the pick says which
+loss was lowest, not that the next one is reliably worse. The runner-up's gap is
+printed beside the pick, and a gap under the tie margin (default 0.02 nats: twice the
+seed-to-seed standard deviation of the eval loss measured at five pretraining seeds in
+docs/RESULTS.md part 2, 0.007-0.015) is flagged as a tie.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from typing import Any
+
+from training import results
+
+WORKDIR_PREFIX = "pretrain_"
+DEFAULT_TIE_NATS = 0.02
+_SUFFIXES = re.compile(r"_lr[^_]+|_seed\d+")
+_HEAD_COUNT_STUDY = re.compile(r"h(\d+)(?:_(.+))?")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretraining:
+    """One workdir of a rate grid, read from its files."""
+
+    workdir: str
+    row: str  # the workdir's name without the pretrain_ prefix, rate and seed parts
+    learning_rate: float
+    seed: int
+    steps: int  # the schedule's length (config.num_train_steps)
+    finished: bool
+    last_step: int  # the newest checkpoint's step (steps when finished); 0 before any
+    eval_loss: float | None  # final when finished, else the newest logged; None if none
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bracket:
+    """One row's rate grid at one seed and schedule, and its verdict."""
+
+    row: str
+    seed: int
+    steps: int
+    runs: list[Pretraining]  # by rate
+    best: Pretraining | None  # the lowest final eval loss among the finished runs
+    verdict: str  # bracketed | below_grid | above_grid | single_rate | incomplete |
+    # no_finished_run
+    next_rate: float | None  # the rate to add when the best sits at an edge
+    runner_up_gap: float | None  # nats from the best to the next-lowest finished loss
+    tie: bool  # that gap is under the tie margin
+
+    def to_json(self) -> dict[str, Any]:
+        return {"row": self.row, "seed": self.seed, "steps": self.steps,
+                "verdict": self.verdict,
+                "best_rate": None if self.best is None else self.best.learning_rate,
+                "best_eval_loss": None if self.best is None else self.best.eval_loss,
+                "next_rate": self.next_rate, "runner_up_gap": self.runner_up_gap,
+                "tie": self.tie, "runs": [run.to_json() for run in self.runs]}
+
+
+def half_decade_neighbour(rate: float, direction: int) -> float:
+    """The next point of the grid ..., 1e-4, 3e-4, 1e-3, 3e-3, ... below (-1) or above (+1)
+    the grid point nearest to rate."""
+    exponent = math.floor(math.log10(rate))
+    points = [m * 10.0 ** e for e in range(exponent - 2, exponent + 3) for m in (1, 3)]
+    nearest = min(range(len(points)), key=lambda i: abs(math.log(points[i] / rate)))
+    return float(f"{points[nearest + direction]:.0e}")
+
+
+def row_name(workdir: str) -> str:
+    """The workdir's name without pretrain_ and its rate and seed parts, with
+    scripts/head_count_study.sh's h{N}[_VARIANT] turned into its rows' VARIANT_h{N}
+    (mh_h{N} for the multi-head pretraining), so --best takes the study's row names."""
+    name = os.path.basename(os.path.normpath(workdir))
+    if name.startswith(WORKDIR_PREFIX):
+        name = name[len(WORKDIR_PREFIX):]
+    name = _SUFFIXES.sub("", name)
+    study_row = _HEAD_COUNT_STUDY.fullmatch(name)
+    if study_row:
+        heads, variant = study_row.groups()
+        return f"{variant or 'mh'}_h{heads}"
+    return name
+
+
+def newest_checkpoint(workdir: str) -> int:
+    directory = os.path.join(workdir, results.CHECKPOINTS)
+    if not os.path.isdir(directory):
+        return 0
+    return max((int(name) for name in os.listdir(directory) if name.isdigit()), default=0)
+
+
+def read_pretraining(workdir: str) -> Pretraining:
+    """A workdir's rate, seed, progress and eval loss; ValueError naming the workdir and
+    file when its config is missing or has no learning rate."""
+    config = results.read_run_config(workdir)
+    if config is None:
+        raise ValueError(f"{workdir}: no readable {results.RUN_CONFIG} (not a pretraining run?)")
+    try:
+        rate = float(config["optimizer"]["learning_rate"])
+        steps = int(config["num_train_steps"])
+        seed = int(config["seed"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{workdir}: {results.RUN_CONFIG} has no usable {e}") from None
+    finished = results.PretrainTarget(workdir, steps).finished()
+    if finished:
+        # Read raw: a non-finite loss is recorded as null (diverged, worst), a run without
+        # an eval split records no key (it cannot pick a rate).
+        final = results.read_json(results.FinalMetrics.path(workdir))
+        if "eval_loss" not in final:
+            raise ValueError(f"{workdir}: {results.FINAL_METRICS} has no eval_loss (a run "
+                             f"without an eval split cannot pick a rate)")
+        loss = None if final["eval_loss"] is None else float(final["eval_loss"])
+        return Pretraining(workdir, row_name(workdir), rate, seed, steps, True, steps, loss)
+    from analysis.runs import scalar_curve
+
+    curve = scalar_curve(workdir, "eval_loss")
+    latest = curve[max(curve)] if curve else None
+    return Pretraining(workdir, row_name(workdir), rate, seed, steps, False,
+                       newest_checkpoint(workdir), latest)
+
+
+def find_pretrainings(study: str) -> list[Pretraining]:
+    """Every STUDY/pretrain_* workdir that has a config.json (a run that never started
+    has none and is skipped)."""
+    if not os.path.isdir(study):
+        raise ValueError(f"{study}: no such study directory")
+    runs = []
+    for name in sorted(os.listdir(study)):
+        workdir = os.path.join(study, name)
+        if (name.startswith(WORKDIR_PREFIX) and os.path.isdir(workdir)
+                and os.path.exists(os.path.join(workdir, results.RUN_CONFIG))):
+            runs.append(read_pretraining(workdir))
+    if not runs:
+        raise ValueError(f"{study}: no pretraining workdirs ({WORKDIR_PREFIX}*/"
+                         f"{results.RUN_CONFIG})")
+    return runs
+
+
+def _loss_or_inf(run: Pretraining) -> float:
+    """A diverged run (a non-finite loss is recorded as None) counts as worst."""
+    return math.inf if run.eval_loss is None else run.eval_loss
+
+
+def judge(row: str, seed: int, steps: int, runs: list[Pretraining],
+          tie_nats: float = DEFAULT_TIE_NATS) -> Bracket:
+    runs = sorted(runs, key=lambda run: run.learning_rate)
+    rates = [run.learning_rate for run in runs]
+    if len(set(rates)) != len(rates):
+        twice = sorted({r for r in rates if rates.count(r) > 1})
+        raise ValueError(f"{row} (seed {seed}, {steps} steps): rate {twice[0]:g} in two "
+                         f"workdirs: " + ", ".join(run.workdir for run in runs
+                                                   if run.learning_rate == twice[0]))
+    done = [run for run in runs if run.finished]
+    if not done:
+        return Bracket(row, seed, steps, runs, None, "no_finished_run", None, None, False)
+    best = min(done, key=_loss_or_inf)
+    others = sorted(_loss_or_inf(run) for run in done if run is not best)
+    gap = None  # undefined beside a diverged best or runner-up
+    if others and best.eval_loss is not None and not math.isinf(others[0]):
+        gap = others[0] - best.eval_loss
+    tie = gap is not None and gap < tie_nats
+    if len(done) < len(runs):
+        return Bracket(row, seed, steps, runs, best, "incomplete", None, gap, tie)
+    if len(done) == 1:
+        return Bracket(row, seed, steps, runs, best, "single_rate", None, gap, tie)
+    if best is done[0]:
+        verdict, next_rate = "below_grid", half_decade_neighbour(best.learning_rate, -1)
+    elif best is done[-1]:
+        verdict, next_rate = "above_grid", half_decade_neighbour(best.learning_rate, +1)
+    else:
+        verdict, next_rate = "bracketed", None
+    return Bracket(row, seed, steps, runs, best, verdict, next_rate, gap, tie)
+
+
+def brackets(runs: list[Pretraining], tie_nats: float = DEFAULT_TIE_NATS) -> list[Bracket]:
+    groups: dict[tuple[str, int, int], list[Pretraining]] = {}
+    for run in runs:
+        groups.setdefault((run.row, run.seed, run.steps), []).append(run)
+    return [judge(*key, members, tie_nats) for key, members in sorted(groups.items())]
+
+
+def _rate(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:g}"
+
+
+def _loss(loss: float | None) -> str:
+    return "diverged" if loss is None else f"{loss:.4f}"
+
+
+def verdict_line(bracket: Bracket, tie_nats: float = DEFAULT_TIE_NATS) -> str:
+    head = f"{bracket.row} (seed {bracket.seed}, {bracket.steps} steps)"
+    if bracket.best is None:
+        return f"{head}: no finished run yet"
+    pick = f"best {_rate(bracket.best.learning_rate)} ({_loss(bracket.best.eval_loss)})"
+    if bracket.runner_up_gap is not None:
+        pick += f", runner-up +{bracket.runner_up_gap:.4f} nats"
+        if bracket.tie:
+            pick += f" (a tie: under {tie_nats:g})"
+    say = {"bracketed": "bracketed (a lower and a higher rate both ended worse)",
+           "below_grid": f"at the grid's low edge: add {_rate(bracket.next_rate)}",
+           "above_grid": f"at the grid's high edge: add {_rate(bracket.next_rate)}",
+           "single_rate": "one rate only: add a lower and a higher one",
+           "incomplete": f"so far ({sum(r.finished for r in bracket.runs)} of "
+                         f"{len(bracket.runs)} rates finished)"}[bracket.verdict]
+    return f"{head}: {pick}; {say}"
+
+
+def best_rate(found: list[Bracket], row: str, seed: int,
+              tie_nats: float = DEFAULT_TIE_NATS) -> float:
+    """A row's bracketed best rate at a seed; ValueError saying why there is none."""
+    matches = [b for b in found if b.row == row and b.seed == seed]
+    if not matches:
+        known = ", ".join(sorted({b.row for b in found}))
+        raise ValueError(f"--best {row}: no such row at seed {seed} (rows: {known})")
+    if len(matches) > 1:
+        raise ValueError(f"--best {row}: seed {seed} has {len(matches)} schedules ("
+                         + ", ".join(f"{b.steps} steps" for b in matches) + ")")
+    if matches[0].verdict != "bracketed":
+        raise ValueError(f"--best {row}: not bracketed: {verdict_line(matches[0], tie_nats)}")
+    return matches[0].best.learning_rate
+
+
+def markdown(found: list[Bracket], tie_nats: float = DEFAULT_TIE_NATS) -> str:
+    lines = ["| row | seed | steps | rate | state | eval loss | vs best (nats) |",
+             "|---|---|---|---|---|---|---|"]
+    for bracket in found:
+        best = bracket.best
+        for run in bracket.runs:
+            state = "finished" if run.finished else f"at step {run.last_step}"
+            if run.finished and best is not None and run is not best:
+                delta = ("-" if run.eval_loss is None or best.eval_loss is None
+                         else f"+{run.eval_loss - best.eval_loss:.4f}")
+            else:
+                delta = "best" if run is best else "-"
+            loss = _loss(run.eval_loss) if run.finished else (
+                "-" if run.eval_loss is None else f"({run.eval_loss:.4f} so far)")
+            lines.append(f"| {bracket.row} | {bracket.seed} | {bracket.steps} | "
+                         f"{_rate(run.learning_rate)} | {state} | {loss} | {delta} |")
+    lines.append("")
+    lines += [f"- {verdict_line(bracket, tie_nats)}" for bracket in found]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,183 @@
+"""scripts/rate_bracket.py: each row's best pretraining rate and whether the grid brackets it,
+on workdirs written by the project's own writers (configs/pretrain.py's config,
+FinalMetrics, the TensorBoard MetricWriter), against verdicts worked out by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from helpers import run_script, tiny_run_config
+
+from analysis.rate_bracket import (
+    best_rate,
+    brackets,
+    find_pretrainings,
+    half_decade_neighbour,
+    row_name,
+)
+from training import results
+from training.metrics import MetricWriter
+
+
+def write_pretraining(study, name: str, rate: float, loss: float | None = None,
+                      steps: int = 100, seed: int = 0, at_step: int | None = None,
+                      logged: dict[int, float] | None = None) -> str:
+    """STUDY/NAME as train.py leaves it: finished with eval loss `loss` (None: non-finite),
+    or, with at_step, still running with a checkpoint there and `logged` eval losses."""
+    workdir = os.path.join(study, name)
+    config = tiny_run_config("corpus.txt", "cache", steps=steps,
+                             **{"optimizer.learning_rate": rate, "seed": seed})
+    os.makedirs(workdir)
+    with open(os.path.join(workdir, results.RUN_CONFIG), "w") as f:
+        json.dump(config.to_dict(), f)
+    step = steps if at_step is None else at_step
+    os.makedirs(os.path.join(workdir, results.CHECKPOINTS, str(step)))
+    if at_step is None:
+        results.FinalMetrics(step=steps, train_loss=6.0,
+                             eval={"eval_loss": float("nan") if loss is None else loss}
+                             ).write(workdir)
+    if logged:
+        writer = MetricWriter(workdir, enabled=True)
+        for logged_step, value in logged.items():
+            writer.scalars(logged_step, {"eval_loss": value})
+        writer.close()
+    return workdir
+
+
+def bracket(tmp_path, args=()):
+    out = tmp_path / "bracket.json"
+    result = run_script("rate_bracket.py", [f"--study={tmp_path / 'study'}", f"--json={out}",
+                                            *args])
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    return {(row["row"], row["seed"], row["steps"]): row for row in rows}, result.stdout
+
+
+def test_verdicts_bracketed_at_each_edge_a_tie_and_a_run_still_going(tmp_path):
+    study = tmp_path / "study"
+    # multi-head at 48 heads: 1e-3 best, both neighbours worse -> bracketed
+    write_pretraining(study, "pretrain_h48_lr3e-4", 3e-4, 6.10)
+    write_pretraining(study, "pretrain_h48", 1e-3, 6.00)
+    write_pretraining(study, "pretrain_h48_lr3e-3", 3e-3, 6.05)
+    # identity init: the highest rate best -> add 1e-2; runner-up 0.01 away -> a tie
+    write_pretraining(study, "pretrain_h48_nat_th_identity_lr3e-4", 3e-4, 6.20)
+    write_pretraining(study, "pretrain_h48_nat_th_identity", 1e-3, 6.09)
+    write_pretraining(study, "pretrain_h48_nat_th_identity_lr3e-3", 3e-3, 6.08)
+    # fan-in: the lowest rate best, the highest diverged (worst) -> add 1e-4
+    write_pretraining(study, "pretrain_h48_nat_th_fan_in_lr3e-4", 3e-4, 6.15)
+    write_pretraining(study, "pretrain_h48_nat_th_fan_in", 1e-3, 6.30)
+    write_pretraining(study, "pretrain_h48_nat_th_fan_in_lr3e-3", 3e-3, None)
+    # a second pretraining seed, one rate finished and one still at step 50
+    write_pretraining(study, "pretrain_h48_seed1", 1e-3, 6.02, seed=1)
+    write_pretraining(study, "pretrain_h48_lr3e-4_seed1", 3e-4, seed=1, at_step=50,
+                      logged={25: 6.9, 50: 6.5})
+
+    rows, stdout = bracket(tmp_path)
+    mh = rows[("mh_h48", 0, 100)]
+    assert (mh["verdict"], mh["best_rate"], mh["next_rate"]) == ("bracketed", 1e-3, None)
+    assert mh["runner_up_gap"] == pytest.approx(0.05) and not mh["tie"]
+    identity = rows[("nat_th_identity_h48", 0, 100)]
+    assert (identity["verdict"], identity["best_rate"], identity["next_rate"]) == (
+        "above_grid", 3e-3, 1e-2)
+    assert identity["runner_up_gap"] == pytest.approx(0.01) and identity["tie"]
+    fan_in = rows[("nat_th_fan_in_h48", 0, 100)]
+    assert (fan_in["verdict"], fan_in["best_rate"], fan_in["next_rate"]) == (
+        "below_grid", 3e-4, 1e-4)
+    assert [run["eval_loss"] for run in fan_in["runs"]] == [6.15, 6.30, None]
+    second = rows[("mh_h48", 1, 100)]
+    assert (second["verdict"], second["best_rate"]) == ("incomplete", 1e-3)
+    running = [run for run in second["runs"] if not run["finished"]][0]
+    assert (running["last_step"], running["eval_loss"]) == (50, 6.5)
+
+    assert ("mh_h48 (seed 0, 100 steps): best 0.001 (6.0000), runner-up +0.0500 nats; "
+            "bracketed") in stdout
+    assert "runner-up +0.0100 nats (a tie: under 0.02); at the grid's high edge: add 0.01" \
+        in stdout
+    assert "at the grid's low edge: add 0.0001" in stdout
+    assert "| nat_th_fan_in_h48 | 0 | 100 | 0.003 | finished | diverged | - |" in stdout
+    assert "| mh_h48 | 1 | 100 | 0.0003 | at step 50 | (6.5000 so far) | - |" in stdout
+    assert "so far (1 of 2 rates finished)" in stdout
+
+    best = run_script("rate_bracket.py", [f"--study={study}", "--best=mh_h48"])
+    assert (best.returncode, best.stdout) == (0, "0.001\n"), best.stderr
+    edge = run_script("rate_bracket.py", [f"--study={study}", "--best=nat_th_identity_h48"])
+    assert edge.returncode != 0 and edge.stdout == ""
+    assert edge.stderr.strip().splitlines()[-1].startswith(
+        "error: --best nat_th_identity_h48: not bracketed: nat_th_identity_h48 (seed 0")
+    found = brackets(find_pretrainings(str(study)))
+    assert best_rate(found, "mh_h48", 0) == 1e-3
+    with pytest.raises(ValueError, match=r"no such row at seed 0 \(rows: mh_h48, "
+                                         r"nat_th_fan_in_h48, nat_th_identity_h48\)"):
+        best_rate(found, "mh_h96", 0)
+    with pytest.raises(ValueError, match=r"--best mh_h48: not bracketed: .*so far"):
+        best_rate(found, "mh_h48", 1)
+
+
+def test_the_rate_is_the_configs_and_a_schedule_is_a_row_of_its_own(tmp_path):
+    study = tmp_path / "study"
+    write_pretraining(study, "pretrain_h8_lr3e-4", 1e-3, 6.1)  # misnamed: config says 1e-3
+    write_pretraining(study, "pretrain_h8", 1e-3, 6.0)
+    result = run_script("rate_bracket.py", [f"--study={study}"])
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: mh_h8 (seed 0, 100 steps): rate 0.001 in two workdirs: "
+        f"{study}/pretrain_h8, {study}/pretrain_h8_lr3e-4")
+
+    other = tmp_path / "other" / "study"
+    write_pretraining(other, "pretrain_h8", 1e-3, 6.0)
+    write_pretraining(other, "pretrain_h8_lr3e-4", 3e-4, 6.1, steps=400)
+    rows, stdout = bracket(tmp_path / "other")
+    assert [(key, row["verdict"]) for key, row in rows.items()] == [
+        (("mh_h8", 0, 100), "single_rate"), (("mh_h8", 0, 400), "single_rate")]
+    lines = [line for line in stdout.splitlines() if line.startswith("- ")]
+    assert lines == [
+        "- mh_h8 (seed 0, 100 steps): best 0.001 (6.0000); one rate only: add a lower and a "
+        "higher one",
+        "- mh_h8 (seed 0, 400 steps): best 0.0003 (6.1000); one rate only: add a lower and a "
+        "higher one"]
+
+
+def test_bad_input_is_one_error_line_naming_the_file(tmp_path):
+    missing = run_script("rate_bracket.py", [f"--study={tmp_path / 'nope'}"])
+    assert missing.returncode != 0
+    assert missing.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path / 'nope'}: no such study directory")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "pretrain_h8").mkdir()  # never started: no config.json
+    nothing = run_script("rate_bracket.py", [f"--study={empty}"])
+    assert nothing.returncode != 0
+    assert "no pretraining workdirs (pretrain_*/config.json)" in nothing.stderr
+
+    study = tmp_path / "study"
+    workdir = write_pretraining(study, "pretrain_h8", 1e-3, 6.0)
+    results.FinalMetrics(step=100, train_loss=6.0).write(workdir)  # no eval split
+    no_eval = run_script("rate_bracket.py", [f"--study={study}"])
+    assert no_eval.returncode != 0
+    assert no_eval.stderr.strip().splitlines()[-1] == (
+        f"error: {workdir}: final_metrics.json has no eval_loss (a run without an eval split "
+        f"cannot pick a rate)")
+    with open(os.path.join(workdir, results.RUN_CONFIG), "w") as f:
+        json.dump({"seed": 0}, f)
+    damaged = run_script("rate_bracket.py", [f"--study={study}"])
+    assert damaged.returncode != 0
+    assert damaged.stderr.strip().splitlines()[-1] == (
+        f"error: {workdir}: config.json has no usable 'optimizer'")
+
+
+@pytest.mark.parametrize("rate, direction, want", [
+    (3e-3, +1, 1e-2), (1e-3, -1, 3e-4), (3e-4, -1, 1e-4), (1e-2, +1, 3e-2),
+    (5e-4, +1, 1e-3),  # off the grid: from its nearest point, 3e-4
+])
+def test_the_next_rate_is_the_half_decade_grids(rate, direction, want):
+    assert half_decade_neighbour(rate, direction) == want
+
+
+@pytest.mark.parametrize("name, want", [
+    ("pretrain_h48", "mh_h48"), ("pretrain_h96_nat_th_fan_in_lr3e-3_seed1", "nat_th_fan_in_h96"),
+    ("pretrain_h8_lr1e-2", "mh_h8"), ("pretrain_txt_mh_h8", "txt_mh_h8"),
+])
+def test_row_names_are_the_studys(name, want):
+    assert row_name(f"/x/{name}/") == want
