@@ -224,9 +224,24 @@ def verdict_line(bracket: Bracket, tie_nats: float = DEFAULT_TIE_NATS) -> str:
     return f"{head}: {pick}; {say}"
 
 
-def best_rate(found: list[Bracket], row: str, seed: int,
-              tie_nats: float = DEFAULT_TIE_NATS) -> float:
-    """A row's bracketed best rate at a seed; ValueError saying why there is none."""
+def rate_spelling(run: Pretraining) -> str:
+    """The rate as the run's workdir name spells it (pretrain_..._lr3e-4: "3e-4"), so a
+    study that names folders by the rate finds this one again; a name without an _lr
+    part (a study's default rate) gets the shortest exponent form, e.g. "1e-3"."""
+    spelled = re.search(r"_lr([^_]+)", os.path.basename(os.path.normpath(run.workdir)))
+    if spelled:
+        try:
+            if float(spelled.group(1)) == run.learning_rate:
+                return spelled.group(1)
+        except ValueError:
+            pass
+    mantissa, exponent = f"{run.learning_rate:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def best_run(found: list[Bracket], row: str, seed: int,
+             tie_nats: float = DEFAULT_TIE_NATS) -> Pretraining:
+    """A row's best run at a seed, when bracketed; ValueError saying why there is none."""
     matches = [b for b in found if b.row == row and b.seed == seed]
     if not matches:
         known = ", ".join(sorted({b.row for b in found}))
@@ -236,7 +251,7 @@ def best_rate(found: list[Bracket], row: str, seed: int,
                          + ", ".join(f"{b.steps} steps" for b in matches) + ")")
     if matches[0].verdict != "bracketed":
         raise ValueError(f"--best {row}: not bracketed: {verdict_line(matches[0], tie_nats)}")
-    return matches[0].best.learning_rate
+    return matches[0].best
 
 
 def markdown(found: list[Bracket], tie_nats: float = DEFAULT_TIE_NATS) -> str:

@@ -33,7 +33,16 @@
 # PRE_LR (default 1e-3) is the pretraining's rate; another one pretrains into
 # pretrain_h{H}[_VARIANT]_lr{PRE_LR} and fine-tunes into h{H}/{VARIANT}_pre{PRE_LR}, so a
 # rate grid of pretrainings lives in one OUT; PRE_SEED (default 0) likewise adds _seed{S}
-# to both (a second pretraining seed); PRETRAIN_ONLY=1 stops after pretraining. TASK
+# to both (a second pretraining seed); PRETRAIN_ONLY=1 stops after pretraining.
+# PRE_LR=best runs each row at the rate scripts/rate_bracket.py picks from OUT's seed-0
+# grid (the lowest final eval loss, a lower and a higher rate both worse), refusing a row
+# whose grid does not bracket it; its rows keep their rate's names, so the table pairs
+# each variant at its own best rate (default table head_counts_INIT_prebest...):
+#   for lr in 3e-4 1e-3 3e-3; do INIT=pretrained STEPS=4000 PRE_LR=$lr PRETRAIN_ONLY=1 \
+#       HEADS=48 VARIANTS=mh,nat_th_identity bash scripts/head_count_study.sh runs/x; done
+#   INIT=pretrained STEPS=4000 PRE_LR=best PRE_SEED=1 HEADS=48 ... # a second seed, then
+#   INIT=pretrained STEPS=4000 PRE_LR=best SEEDS=10 HEADS=48 ...   # fine-tune and compare
+# TASK
 # (default sst2) fine-tunes another GLUE task, e.g. a sentence pair (TASK=mrpc), into
 # OUT/TASK/h{H}/... with its own default table, on the same pretrainings.
 #
@@ -96,12 +105,20 @@ done
 RUN=()
 if [[ -n "${DRY_RUN:-}" ]]; then RUN=(echo); fi
 MODEL="layers=2,hidden=384,mlp=1536,max_len=64,norm=pre,init_std=0.02"
-# Pretraining and fine-tuning folders of another pretraining rate than 1e-3 say so.
-PRE_DIR_SUFFIX="" ROW_SUFFIX=""
-if [[ "$PRE_LR" != 1e-3 ]]; then PRE_DIR_SUFFIX="_lr$PRE_LR" ROW_SUFFIX="_pre$PRE_LR"; fi
-if [[ "$PRE_SEED" != 0 ]]; then
-  PRE_DIR_SUFFIX+="_seed$PRE_SEED" ROW_SUFFIX+="_seed$PRE_SEED"
-fi
+# Pretraining and fine-tuning folders of another pretraining rate than 1e-3 say so, and
+# of another pretraining seed than 0.
+name_suffixes() {  # name_suffixes RATE: sets PRE_DIR_SUFFIX and ROW_SUFFIX
+  PRE_DIR_SUFFIX="" ROW_SUFFIX=""
+  if [[ "$1" != 1e-3 ]]; then PRE_DIR_SUFFIX="_lr$1" ROW_SUFFIX="_pre$1"; fi
+  if [[ "$PRE_SEED" != 0 ]]; then
+    PRE_DIR_SUFFIX+="_seed$PRE_SEED" ROW_SUFFIX+="_seed$PRE_SEED"
+  fi
+}
+rate_of() {  # rate_of ROW: PRE_LR, or with PRE_LR=best the row's bracketed rate in OUT
+  if [[ "$PRE_LR" != best ]]; then echo "$PRE_LR"; return; fi
+  "$PYTHON" scripts/rate_bracket.py --study "$OUT" --best "$1" --seed 0
+}
+name_suffixes "$PRE_LR"  # the default table's name: _prebest with PRE_LR=best
 # Another task than SST-2 fine-tunes into OUT/TASK/.
 TASK=${TASK:-sst2}
 TASK_DIR="$OUT" TASK_SUFFIX=""
@@ -113,7 +130,7 @@ RESULTS=${2:-docs/results/head_counts_$INIT$ROW_SUFFIX$TASK_SUFFIX}
 CHECKPOINT_EVERY=$(( STEPS < 250 ? STEPS : 250 ))
 EVAL_EVERY=$(( STEPS >= 8 ? STEPS / 8 : STEPS ))
 
-pretrain() {  # pretrain WORKDIR MODEL_ARGS
+pretrain() {  # pretrain WORKDIR MODEL_ARGS RATE
   # A finished pretraining is not opened again (no corpus check, no compile); train.py
   # resumes an unfinished one.
   if [[ -z "${DRY_RUN:-}" ]] && "$PYTHON" -m training.results --is_finished "$1" \
@@ -121,7 +138,7 @@ pretrain() {  # pretrain WORKDIR MODEL_ARGS
     echo "$1: finished ($STEPS steps), skipped"
   else
     "${RUN[@]}" "$PYTHON" train.py \
-        --config "configs/pretrain.py:$MODEL,$2,steps=$STEPS,batch=64,seq_len=64,lr=$PRE_LR,preds=10,seed=$PRE_SEED" \
+        --config "configs/pretrain.py:$MODEL,$2,steps=$STEPS,batch=64,seq_len=64,lr=$3,preds=10,seed=$PRE_SEED" \
         --config.data.corpus="$CORPUS" --config.data.cache_dir="$OUT/data_cache" \
         --config.data.eval_fraction=0.05 --config.optimizer.warmup_steps=$(( STEPS / 10 )) \
         --config.eval_every_steps="$EVAL_EVERY" \
@@ -133,18 +150,35 @@ pretrain() {  # pretrain WORKDIR MODEL_ARGS
 ROWS=()
 PAIRS=()
 TREND=()
+# Every row's rate before anything runs: a grid that does not bracket one stops the study
+# here (rate_bracket.py says why), not after hours of the other rows.
+declare -A RATE_OF  # HEADS:ROW_NAME -> pretraining rate
 for heads in ${HEADS//,/ }; do
-  mh_pretraining="$OUT/pretrain_h$heads$PRE_DIR_SUFFIX"
+  for name in ${NEEDS_MH_PRETRAINING:+mh} ${VARIANTS//,/ }; do
+    if [[ ( -n "${NATIVE[$name]+x}" || "$name" == mh ) && -z "${RATE_OF[$heads:$name]+x}" ]]
+    then
+      RATE_OF[$heads:$name]=$(rate_of "${name}_h$heads") || exit 1
+    fi
+  done
+done
+declare -A ROW_OF  # variant -> its row's name at this head count (its rate, its seed)
+for heads in ${HEADS//,/ }; do
   if [[ -n "$NEEDS_MH_PRETRAINING" ]]; then
-    pretrain "$mh_pretraining" "heads=$heads"
+    mh_rate=${RATE_OF[$heads:mh]}
+    name_suffixes "$mh_rate"
+    mh_pretraining="$OUT/pretrain_h$heads$PRE_DIR_SUFFIX" mh_suffix="$ROW_SUFFIX"
+    pretrain "$mh_pretraining" "heads=$heads" "$mh_rate"
   fi
   for name in ${VARIANTS//,/ }; do
     if [[ -n "${NATIVE[$name]+x}" ]]; then
+      rate=${RATE_OF[$heads:$name]}
+      name_suffixes "$rate"
       source_dir="$OUT/pretrain_h${heads}_$name$PRE_DIR_SUFFIX" flags=""
-      pretrain "$source_dir" "heads=$heads,${NATIVE[$name]}"
+      pretrain "$source_dir" "heads=$heads,${NATIVE[$name]}" "$rate"
     else
-      source_dir="$mh_pretraining" flags="${INSERTED[$name]}"
+      source_dir="$mh_pretraining" flags="${INSERTED[$name]}" ROW_SUFFIX="$mh_suffix"
     fi
+    ROW_OF[$name]="${name}_h$heads$ROW_SUFFIX"
     if [[ -n "${PRETRAIN_ONLY:-}" ]]; then continue; fi
     # shellcheck disable=SC2086  # the variant's flags are words
     "${RUN[@]}" "$PYTHON" eval_glue.py \
@@ -152,21 +186,21 @@ for heads in ${HEADS//,/ }; do
         --config.init_from="$source_dir" --config.glue_dir="$GLUE_DIR" \
         --config.write_test_predictions=false --config.save_model=none \
         $flags --workdir "$TASK_DIR/h$heads/$name$ROW_SUFFIX"
-    ROWS+=(--row "${name}_h$heads$ROW_SUFFIX=$TASK_DIR/h$heads/$name$ROW_SUFFIX")
+    ROWS+=(--row "${ROW_OF[$name]}=$TASK_DIR/h$heads/$name$ROW_SUFFIX")
   done
   # Multi-head against each talking-heads row, identity against fan-in, and each slip
-  # against the reference it departs from.
+  # against the reference it departs from (with PRE_LR=best, each at its own rate).
   for pair in mh:th_identity mh:th_fan_in th_identity:th_fan_in \
       mh:nat_th_identity mh:nat_th_fan_in nat_th_identity:nat_th_fan_in \
       mh:nat_th_ref mh:slip_drop_before mh:slip_no_pre mh:slip_model_std \
       nat_th_ref:slip_drop_before nat_th_ref:slip_no_pre nat_th_ref:slip_model_std; do
     a=${pair%:*} b=${pair#*:}
     if [[ ",$VARIANTS," == *",$a,"* && ",$VARIANTS," == *",$b,"* ]]; then
-      PAIRS+=(--pairs "${a}_h$heads$ROW_SUFFIX:${b}_h$heads$ROW_SUFFIX")
+      PAIRS+=(--pairs "${ROW_OF[$a]}:${ROW_OF[$b]}")
     fi
   done
   if [[ ",$VARIANTS," == *",mh,"* && ",$VARIANTS," == *",th_fan_in,"* ]]; then
-    TREND+=(--trend "mh_h$heads$ROW_SUFFIX:th_fan_in_h$heads$ROW_SUFFIX@$heads")
+    TREND+=(--trend "${ROW_OF[mh]}:${ROW_OF[th_fan_in]}@$heads")
   fi
 done
 # Does the fan-in deficit grow with the head count? (a fresh draw leaves each head

@@ -5,7 +5,8 @@
       --json docs/results/native_heads/rate_bracket.json \
       --md docs/results/native_heads/rate_bracket.md
   python scripts/rate_bracket.py --study runs/native_heads --best nat_th_identity_h48
-      # prints the row's bracketed best rate only (exit 1 while it is not bracketed)
+      # prints the row's bracketed best rate only, spelled as its folder spells it
+      # (3e-4), or an error line and exit 1 while it is not bracketed
 
 Reads every STUDY/pretrain_* workdir (finished or still running) and prints, per row
 (workdir name without its _lr/_seed parts, at one pretraining seed and schedule), the
@@ -22,7 +23,14 @@ import sys
 
 from absl import app, flags
 
-from analysis.rate_bracket import DEFAULT_TIE_NATS, best_rate, brackets, find_pretrainings, markdown
+from analysis.rate_bracket import (
+    DEFAULT_TIE_NATS,
+    best_run,
+    brackets,
+    find_pretrainings,
+    markdown,
+    rate_spelling,
+)
 from common.files import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -48,7 +56,7 @@ def main(argv: list[str]) -> None:
     try:
         found = brackets(find_pretrainings(FLAGS.study), FLAGS.tie)
         if FLAGS.best:
-            print(f"{best_rate(found, FLAGS.best, FLAGS.seed, FLAGS.tie):g}")
+            print(rate_spelling(best_run(found, FLAGS.best, FLAGS.seed, FLAGS.tie)))
             return
     except ValueError as e:
         sys.exit(f"error: {e}")

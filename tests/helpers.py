@@ -20,6 +20,7 @@ the pytest fixtures are in conftest.py.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,7 +36,9 @@ from attention.talking_heads import TalkingHeadsConfig
 from configs import pretrain
 from configs.overrides import apply_overrides
 from models import ModelConfig
+from training import results
 from training.checkpoint_reader import restore_run
+from training.metrics import MetricWriter
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -222,6 +225,31 @@ def final_params(workdir: str):
     """(step, params) of a pretraining workdir's latest checkpoint."""
     restored = restore_run(workdir)
     return restored.step, restored.state["params"]
+
+
+def write_pretraining(study, name: str, rate: float, loss: float | None = None,
+                      steps: int = 100, seed: int = 0, at_step: int | None = None,
+                      logged: dict[int, float] | None = None) -> str:
+    """STUDY/NAME as train.py leaves it: finished with eval loss `loss` (None: non-finite),
+    or, with at_step, still running with a checkpoint there and `logged` eval losses."""
+    workdir = os.path.join(study, name)
+    config = tiny_run_config("corpus.txt", "cache", steps=steps,
+                             **{"optimizer.learning_rate": rate, "seed": seed})
+    os.makedirs(workdir)
+    with open(os.path.join(workdir, results.RUN_CONFIG), "w") as f:
+        json.dump(config.to_dict(), f)
+    step = steps if at_step is None else at_step
+    os.makedirs(os.path.join(workdir, results.CHECKPOINTS, str(step)))
+    if at_step is None:
+        results.FinalMetrics(step=steps, train_loss=6.0,
+                             eval={"eval_loss": float("nan") if loss is None else loss}
+                             ).write(workdir)
+    if logged:
+        writer = MetricWriter(workdir, enabled=True)
+        for logged_step, value in logged.items():
+            writer.scalars(logged_step, {"eval_loss": value})
+        writer.close()
+    return workdir
 
 
 def run_script(name: str, args: list[str], timeout: int = 300) -> subprocess.CompletedProcess:

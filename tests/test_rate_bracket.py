@@ -8,42 +8,18 @@ import json
 import os
 
 import pytest
-from helpers import run_script, tiny_run_config
+from helpers import run_script, write_pretraining
 
 from analysis.rate_bracket import (
-    best_rate,
+    Pretraining,
+    best_run,
     brackets,
     find_pretrainings,
     half_decade_neighbour,
+    rate_spelling,
     row_name,
 )
 from training import results
-from training.metrics import MetricWriter
-
-
-def write_pretraining(study, name: str, rate: float, loss: float | None = None,
-                      steps: int = 100, seed: int = 0, at_step: int | None = None,
-                      logged: dict[int, float] | None = None) -> str:
-    """STUDY/NAME as train.py leaves it: finished with eval loss `loss` (None: non-finite),
-    or, with at_step, still running with a checkpoint there and `logged` eval losses."""
-    workdir = os.path.join(study, name)
-    config = tiny_run_config("corpus.txt", "cache", steps=steps,
-                             **{"optimizer.learning_rate": rate, "seed": seed})
-    os.makedirs(workdir)
-    with open(os.path.join(workdir, results.RUN_CONFIG), "w") as f:
-        json.dump(config.to_dict(), f)
-    step = steps if at_step is None else at_step
-    os.makedirs(os.path.join(workdir, results.CHECKPOINTS, str(step)))
-    if at_step is None:
-        results.FinalMetrics(step=steps, train_loss=6.0,
-                             eval={"eval_loss": float("nan") if loss is None else loss}
-                             ).write(workdir)
-    if logged:
-        writer = MetricWriter(workdir, enabled=True)
-        for logged_step, value in logged.items():
-            writer.scalars(logged_step, {"eval_loss": value})
-        writer.close()
-    return workdir
 
 
 def bracket(tmp_path, args=()):
@@ -101,18 +77,19 @@ def test_verdicts_bracketed_at_each_edge_a_tie_and_a_run_still_going(tmp_path):
     assert "so far (1 of 2 rates finished)" in stdout
 
     best = run_script("rate_bracket.py", [f"--study={study}", "--best=mh_h48"])
-    assert (best.returncode, best.stdout) == (0, "0.001\n"), best.stderr
+    assert (best.returncode, best.stdout) == (0, "1e-3\n"), best.stderr  # as study scripts
+    # spell it (no _lr part in the name: the short exponent form)
     edge = run_script("rate_bracket.py", [f"--study={study}", "--best=nat_th_identity_h48"])
     assert edge.returncode != 0 and edge.stdout == ""
     assert edge.stderr.strip().splitlines()[-1].startswith(
         "error: --best nat_th_identity_h48: not bracketed: nat_th_identity_h48 (seed 0")
     found = brackets(find_pretrainings(str(study)))
-    assert best_rate(found, "mh_h48", 0) == 1e-3
+    assert best_run(found, "mh_h48", 0).learning_rate == 1e-3
     with pytest.raises(ValueError, match=r"no such row at seed 0 \(rows: mh_h48, "
                                          r"nat_th_fan_in_h48, nat_th_identity_h48\)"):
-        best_rate(found, "mh_h96", 0)
+        best_run(found, "mh_h96", 0)
     with pytest.raises(ValueError, match=r"--best mh_h48: not bracketed: .*so far"):
-        best_rate(found, "mh_h48", 1)
+        best_run(found, "mh_h48", 1)
 
 
 def test_the_rate_is_the_configs_and_a_schedule_is_a_row_of_its_own(tmp_path):
@@ -181,3 +158,13 @@ def test_the_next_rate_is_the_half_decade_grids(rate, direction, want):
 ])
 def test_row_names_are_the_studys(name, want):
     assert row_name(f"/x/{name}/") == want
+
+
+@pytest.mark.parametrize("name, rate, want", [
+    ("pretrain_h48_lr3e-4", 3e-4, "3e-4"), ("pretrain_h48_lr0.0003_seed1", 3e-4, "0.0003"),
+    ("pretrain_h48", 1e-3, "1e-3"), ("pretrain_h48_lr3e-4", 1e-3, "1e-3"),  # misnamed
+    ("pretrain_x", 2.5e-4, "2.5e-4"),
+])
+def test_the_best_rate_is_spelled_as_its_folder_spells_it(name, rate, want):
+    run = Pretraining(f"/x/{name}", row_name(name), rate, 0, 100, True, 100, 6.0)
+    assert rate_spelling(run) == want

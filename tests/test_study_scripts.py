@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from helpers import REPO, write_pretraining
 
 from configs import grids
 
@@ -433,3 +433,53 @@ def test_head_count_study_does_not_reopen_a_finished_pretraining(tmp_path):
     assert f"{out}/pretrain_h8: finished (1000 steps), skipped" in result.stdout
     trained = [x for x in calls.read_text().splitlines() if x.startswith("train.py")]
     assert len(trained) == 1 and f"--workdir {out}/pretrain_h96" in trained[0]
+
+
+def test_head_count_study_runs_each_row_at_its_own_bracketed_rate(tmp_path):
+    """PRE_LR=best: each row's pretraining rate is the one scripts/rate_bracket.py picks
+    from OUT's seed-0 grid, for a second pretraining seed and for the fine-tuning, whose
+    table pairs each variant at its own rate; an inserted variant takes multi-head's; a
+    row whose grid does not bracket its best rate stops the study with one error line."""
+    out = tmp_path / "out"
+    for rate, mh, identity, fan_in in ((1e-4, 6.3, None, None), (3e-4, 6.1, 6.2, 6.4),
+                                       (1e-3, 6.2, 6.0, 6.3), (3e-3, None, 6.1, 6.2)):
+        spelled = f"{rate:.0e}".replace("e-0", "e-")
+        suffix = "" if spelled == "1e-3" else f"_lr{spelled}"
+        for variant, loss in (("", mh), ("_nat_th_identity", identity),
+                              ("_nat_th_fan_in", fan_in)):
+            if loss is not None:
+                write_pretraining(out, f"pretrain_h48{variant}{suffix}", rate, loss, steps=4000)
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, HEADS="48", INIT="pretrained",
+               STEPS="4000", PRE_LR="best", PYTHONPATH=REPO)
+
+    def study(**more: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+        result = subprocess.run(["bash", "scripts/head_count_study.sh", str(out)], cwd=REPO,
+                                env=dict(env, **more), capture_output=True, text=True,
+                                timeout=120)
+        return result, [shlex.split(x) for x in result.stdout.splitlines()]
+
+    seeded, lines = study(PRE_SEED="1", PRETRAIN_ONLY="1", VARIANTS="mh,nat_th_identity")
+    assert seeded.returncode == 0, seeded.stderr
+    assert {x[x.index("--workdir") + 1]: x[3].split(",lr=")[1].split(",")[0]
+            for x in lines} == {str(out / "pretrain_h48_lr3e-4_seed1"): "3e-4",
+                                str(out / "pretrain_h48_nat_th_identity_seed1"): "1e-3"}
+
+    tuned, lines = study(VARIANTS="mh,th_identity,nat_th_identity", SEEDS="10")
+    assert tuned.returncode == 0, tuned.stderr
+    glue = {x[x.index("--workdir") + 1]: x for x in lines if "eval_glue.py" in x}
+    assert {os.path.relpath(k, out): next(a for a in v if a.startswith("--config.init_from="))
+            for k, v in glue.items()} == {
+        "h48/mh_pre3e-4": f"--config.init_from={out / 'pretrain_h48_lr3e-4'}",
+        "h48/th_identity_pre3e-4": f"--config.init_from={out / 'pretrain_h48_lr3e-4'}",
+        "h48/nat_th_identity": f"--config.init_from={out / 'pretrain_h48_nat_th_identity'}"}
+    compare = lines[-1]
+    assert [compare[i + 1] for i, a in enumerate(compare) if a == "--pairs"] == [
+        "mh_h48_pre3e-4:th_identity_h48_pre3e-4", "mh_h48_pre3e-4:nat_th_identity_h48"]
+    assert compare[-2:] == ["--out", "docs/results/head_counts_pretrained_prebest"]
+
+    edge, lines = study(VARIANTS="mh,nat_th_fan_in")
+    assert edge.returncode == 1 and not any("eval_glue.py" in x for x in lines)
+    assert edge.stderr.strip().splitlines()[-1].startswith(
+        "error: --best nat_th_fan_in_h48: not bracketed: nat_th_fan_in_h48 (seed 0, 4000 "
+        "steps): best 0.003 (6.2000)")
+    assert "at the grid's high edge: add 0.01" in edge.stderr
