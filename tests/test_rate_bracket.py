@@ -76,20 +76,17 @@ def test_verdicts_bracketed_at_each_edge_a_tie_and_a_run_still_going(tmp_path):
     assert "| mh_h48 | 1 | 100 | 0.0003 | at step 50 | (6.5000 so far) | - |" in stdout
     assert "so far (1 of 2 rates finished)" in stdout
 
-    best = run_script("rate_bracket.py", [f"--study={study}", "--best=mh_h48"])
-    assert (best.returncode, best.stdout) == (0, "1e-3\n"), best.stderr  # as study scripts
-    # spell it (no _lr part in the name: the short exponent form)
-    edge = run_script("rate_bracket.py", [f"--study={study}", "--best=nat_th_identity_h48"])
-    assert edge.returncode != 0 and edge.stdout == ""
-    assert edge.stderr.strip().splitlines()[-1].startswith(
-        "error: --best nat_th_identity_h48: not bracketed: nat_th_identity_h48 (seed 0")
     found = brackets(find_pretrainings(str(study)))
-    assert best_run(found, "mh_h48", 0).learning_rate == 1e-3
+    assert best_run(found, "mh_h48", 0).learning_rate == 1e-3  # --best's command line:
+    # tests/test_study_scripts.py (head_count_study.sh's PRE_LR=best)
     with pytest.raises(ValueError, match=r"no such row at seed 0 \(rows: mh_h48, "
                                          r"nat_th_fan_in_h48, nat_th_identity_h48\)"):
         best_run(found, "mh_h96", 0)
     with pytest.raises(ValueError, match=r"--best mh_h48: not bracketed: .*so far"):
         best_run(found, "mh_h48", 1)
+    with pytest.raises(ValueError, match=r"--best nat_th_identity_h48: not bracketed: "
+                                         r"nat_th_identity_h48 \(seed 0, 100 steps\)"):
+        best_run(found, "nat_th_identity_h48", 0)
 
 
 def test_the_rate_is_the_configs_and_a_schedule_is_a_row_of_its_own(tmp_path):
