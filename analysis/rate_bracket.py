@@ -4,20 +4,28 @@ The command line is scripts/rate_bracket.py.
 
 A study pretrains one row (an architecture: a variant at a head count) at several
 learning rates into sibling workdirs, e.g. scripts/head_count_study.sh's
-pretrain_h48_nat_th_identity_lr3e-4. A row's rate is picked by the final held-out MLM
-loss (final_metrics.json), and a pick is only trusted when a finished run at a lower
-and at a higher rate both ended worse: a best rate at the grid's edge may be beaten
-outside it, and the next rate to try is the next point of the half-decade grid
-(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, ...) beyond that edge. Runs are grouped by their
-workdir name with the _lr<rate> and _seed<n> parts removed, and by the pretraining
-seed and step count their config.json records, so a second seed or a longer schedule
-is a row of its own. The rate itself is config.json's, not the name's.
+pretrain_h48_nat_th_identity_lr3e-4. A row is a workdir name without pretrain_ and its
+_lr<rate> and _seed<n> parts, with head_count_study.sh's h{N}[_VARIANT] read as its
+rows' VARIANT_h{N} (mh_h{N} for the multi-head pretraining h{N}), at one pretraining
+seed and schedule length as config.json records them: a second seed or a longer
+schedule is a row of its own. The rate itself is config.json's, not the name's.
+
+A row's rate is picked by the final held-out MLM loss (final_metrics.json). A run that
+stopped at a non-finite step (diverged.json, train.py's nonfinite=error) is finished
+and the worst. The pick is trusted ("bracketed") only when every rate of the row has
+finished and a lower and a higher rate both ended strictly worse: a best rate at the
+grid's edge may be beaten outside it, and the next rate to add is the next point of
+the half-decade grid (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, ...) beyond that edge.
 
 One pretraining seed per rate picks the rate by a point estimate: the pick says which
 loss was lowest, not that the next one is reliably worse. The runner-up's gap is
 printed beside the pick, and a gap under the tie margin (default 0.02 nats: twice the
 seed-to-seed standard deviation of the eval loss measured at five pretraining seeds in
 docs/RESULTS.md part 2, 0.007-0.015) is flagged as a tie.
+
+Rates are printed in the spelling the study scripts name folders by (3e-4, 1e-2; 1e-3
+is their default, a folder without an _lr part), so a printed rate given back as
+PRE_LR finds or makes the folder a rerun will find again.
 """
 
 from __future__ import annotations
@@ -41,13 +49,19 @@ class Pretraining:
     """One workdir of a rate grid, read from its files."""
 
     workdir: str
-    row: str  # the workdir's name without the pretrain_ prefix, rate and seed parts
+    row: str  # see the module's docstring
     learning_rate: float
     seed: int
     steps: int  # the schedule's length (config.num_train_steps)
-    finished: bool
+    finished: bool  # reached its last step, or diverged
     last_step: int  # the newest checkpoint's step (steps when finished); 0 before any
     eval_loss: float | None  # final when finished, else the newest logged; None if none
+    # or diverged
+    diverged_at: int | None = None  # the first non-finite step (diverged.json)
+
+    @property
+    def diverged(self) -> bool:
+        return self.finished and self.eval_loss is None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -77,19 +91,39 @@ class Bracket:
                 "tie": self.tie, "runs": [run.to_json() for run in self.runs]}
 
 
+# -- rates -----------------------------------------------------------------------------------
+def short_rate(rate: float) -> str:
+    """The shortest exponent spelling: 3e-4, 1e-2, 2.5e-4."""
+    mantissa, exponent = f"{rate:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def rate_spelling(run: Pretraining) -> str:
+    """The rate as the run's workdir name spells it (pretrain_..._lr3e-4: "3e-4"), so a
+    study that names folders by the rate finds this one again; a name without an _lr
+    part (a study's default rate) gets short_rate's, e.g. "1e-3"."""
+    spelled = re.search(r"_lr([^_]+)", os.path.basename(os.path.normpath(run.workdir)))
+    if spelled:
+        try:
+            if float(spelled.group(1)) == run.learning_rate:
+                return spelled.group(1)
+        except ValueError:
+            pass
+    return short_rate(run.learning_rate)
+
+
 def half_decade_neighbour(rate: float, direction: int) -> float:
-    """The next point of the grid ..., 1e-4, 3e-4, 1e-3, 3e-3, ... below (-1) or above (+1)
-    the grid point nearest to rate."""
+    """The nearest point of the grid ..., 1e-4, 3e-4, 1e-3, 3e-3, ... strictly below (-1)
+    or above (+1) rate."""
     exponent = math.floor(math.log10(rate))
     points = [m * 10.0 ** e for e in range(exponent - 2, exponent + 3) for m in (1, 3)]
-    nearest = min(range(len(points)), key=lambda i: abs(math.log(points[i] / rate)))
-    return float(f"{points[nearest + direction]:.0e}")
+    if direction < 0:
+        return float(short_rate(max(p for p in points if p < rate * (1 - 1e-9))))
+    return float(short_rate(min(p for p in points if p > rate * (1 + 1e-9))))
 
 
+# -- reading a study -------------------------------------------------------------------------
 def row_name(workdir: str) -> str:
-    """The workdir's name without pretrain_ and its rate and seed parts, with
-    scripts/head_count_study.sh's h{N}[_VARIANT] turned into its rows' VARIANT_h{N}
-    (mh_h{N} for the multi-head pretraining), so --best takes the study's row names."""
     name = os.path.basename(os.path.normpath(workdir))
     if name.startswith(WORKDIR_PREFIX):
         name = name[len(WORKDIR_PREFIX):]
@@ -120,43 +154,52 @@ def read_pretraining(workdir: str) -> Pretraining:
         seed = int(config["seed"])
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{workdir}: {results.RUN_CONFIG} has no usable {e}") from None
-    finished = results.PretrainTarget(workdir, steps).finished()
-    if finished:
-        # Read raw: a non-finite loss is recorded as null (diverged, worst), a run without
-        # an eval split records no key (it cannot pick a rate).
+    row = row_name(workdir)
+    if results.PretrainTarget(workdir, steps).finished():
+        # Read raw: a non-finite loss is recorded as null (worst), a run without an eval
+        # split records no key (it cannot pick a rate).
         final = results.read_json(results.FinalMetrics.path(workdir))
         if "eval_loss" not in final:
             raise ValueError(f"{workdir}: {results.FINAL_METRICS} has no eval_loss (a run "
                              f"without an eval split cannot pick a rate)")
         loss = None if final["eval_loss"] is None else float(final["eval_loss"])
-        return Pretraining(workdir, row_name(workdir), rate, seed, steps, True, steps, loss)
+        return Pretraining(workdir, row, rate, seed, steps, True, steps, loss)
+    try:
+        diverged = results.Diverged.read(workdir)
+    except results.ResultsError as e:
+        raise ValueError(str(e)) from None
+    if diverged is not None:
+        return Pretraining(workdir, row, rate, seed, steps, True, newest_checkpoint(workdir),
+                           None, diverged.step)
     from analysis.runs import scalar_curve
 
     curve = scalar_curve(workdir, "eval_loss")
     latest = curve[max(curve)] if curve else None
-    return Pretraining(workdir, row_name(workdir), rate, seed, steps, False,
-                       newest_checkpoint(workdir), latest)
+    return Pretraining(workdir, row, rate, seed, steps, False, newest_checkpoint(workdir),
+                       latest)
 
 
-def find_pretrainings(study: str) -> list[Pretraining]:
+def find_pretrainings(study: str, rows: list[str] | None = None) -> list[Pretraining]:
     """Every STUDY/pretrain_* workdir that has a config.json (a run that never started
-    has none and is skipped)."""
+    has none and is skipped); with rows, only theirs are read (another row's damaged
+    workdir does not stop a question about these)."""
     if not os.path.isdir(study):
         raise ValueError(f"{study}: no such study directory")
     runs = []
     for name in sorted(os.listdir(study)):
         workdir = os.path.join(study, name)
         if (name.startswith(WORKDIR_PREFIX) and os.path.isdir(workdir)
-                and os.path.exists(os.path.join(workdir, results.RUN_CONFIG))):
+                and os.path.exists(os.path.join(workdir, results.RUN_CONFIG))
+                and (rows is None or row_name(workdir) in rows)):
             runs.append(read_pretraining(workdir))
-    if not runs:
+    if not runs and rows is None:
         raise ValueError(f"{study}: no pretraining workdirs ({WORKDIR_PREFIX}*/"
                          f"{results.RUN_CONFIG})")
     return runs
 
 
+# -- verdicts --------------------------------------------------------------------------------
 def _loss_or_inf(run: Pretraining) -> float:
-    """A diverged run (a non-finite loss is recorded as None) counts as worst."""
     return math.inf if run.eval_loss is None else run.eval_loss
 
 
@@ -166,13 +209,13 @@ def judge(row: str, seed: int, steps: int, runs: list[Pretraining],
     rates = [run.learning_rate for run in runs]
     if len(set(rates)) != len(rates):
         twice = sorted({r for r in rates if rates.count(r) > 1})
-        raise ValueError(f"{row} (seed {seed}, {steps} steps): rate {twice[0]:g} in two "
-                         f"workdirs: " + ", ".join(run.workdir for run in runs
-                                                   if run.learning_rate == twice[0]))
+        raise ValueError(f"{row} (seed {seed}, {steps} steps): rate {short_rate(twice[0])} in "
+                         f"two workdirs: " + ", ".join(run.workdir for run in runs
+                                                       if run.learning_rate == twice[0]))
     done = [run for run in runs if run.finished]
     if not done:
         return Bracket(row, seed, steps, runs, None, "no_finished_run", None, None, False)
-    best = min(done, key=_loss_or_inf)
+    best = min(done, key=_loss_or_inf)  # on equal losses, the lower rate
     others = sorted(_loss_or_inf(run) for run in done if run is not best)
     gap = None  # undefined beside a diverged best or runner-up
     if others and best.eval_loss is not None and not math.isinf(others[0]):
@@ -182,10 +225,11 @@ def judge(row: str, seed: int, steps: int, runs: list[Pretraining],
         return Bracket(row, seed, steps, runs, best, "incomplete", None, gap, tie)
     if len(done) == 1:
         return Bracket(row, seed, steps, runs, best, "single_rate", None, gap, tie)
-    if best is done[0]:
-        verdict, next_rate = "below_grid", half_decade_neighbour(best.learning_rate, -1)
-    elif best is done[-1]:
-        verdict, next_rate = "above_grid", half_decade_neighbour(best.learning_rate, +1)
+    worse = [run for run in done if _loss_or_inf(run) > _loss_or_inf(best)]
+    if not any(run.learning_rate < best.learning_rate for run in worse):
+        verdict, next_rate = "below_grid", half_decade_neighbour(done[0].learning_rate, -1)
+    elif not any(run.learning_rate > best.learning_rate for run in worse):
+        verdict, next_rate = "above_grid", half_decade_neighbour(done[-1].learning_rate, +1)
     else:
         verdict, next_rate = "bracketed", None
     return Bracket(row, seed, steps, runs, best, verdict, next_rate, gap, tie)
@@ -198,19 +242,42 @@ def brackets(runs: list[Pretraining], tie_nats: float = DEFAULT_TIE_NATS) -> lis
     return [judge(*key, members, tie_nats) for key, members in sorted(groups.items())]
 
 
+def best_run(found: list[Bracket], row: str, seed: int, steps: int | None = None,
+             tie_nats: float = DEFAULT_TIE_NATS) -> Pretraining:
+    """A row's best run at a seed (and schedule, when given), when bracketed; ValueError
+    saying why there is none."""
+    matches = [b for b in found if b.row == row and b.seed == seed
+               and (steps is None or b.steps == steps)]
+    at = f"seed {seed}" + ("" if steps is None else f", {steps} steps")
+    if not matches:
+        known = ", ".join(sorted({f"{b.row} ({b.steps} steps)" for b in found
+                                  if b.seed == seed})) or "none"
+        raise ValueError(f"--best {row}: no such row at {at} (rows at seed {seed}: {known})")
+    if len(matches) > 1:
+        raise ValueError(f"--best {row}: seed {seed} has {len(matches)} schedules ("
+                         + ", ".join(f"{b.steps} steps" for b in matches)
+                         + "): give --steps")
+    if matches[0].verdict != "bracketed":
+        raise ValueError(f"--best {row}: not bracketed: {verdict_line(matches[0], tie_nats)}")
+    return matches[0].best
+
+
+# -- printing --------------------------------------------------------------------------------
 def _rate(rate: float | None) -> str:
-    return "-" if rate is None else f"{rate:g}"
+    return "-" if rate is None else short_rate(rate)
 
 
-def _loss(loss: float | None) -> str:
-    return "diverged" if loss is None else f"{loss:.4f}"
+def _loss(run: Pretraining) -> str:
+    if run.eval_loss is not None:
+        return f"{run.eval_loss:.4f}"
+    return "diverged" if run.diverged_at is None else f"diverged at step {run.diverged_at}"
 
 
 def verdict_line(bracket: Bracket, tie_nats: float = DEFAULT_TIE_NATS) -> str:
     head = f"{bracket.row} (seed {bracket.seed}, {bracket.steps} steps)"
     if bracket.best is None:
         return f"{head}: no finished run yet"
-    pick = f"best {_rate(bracket.best.learning_rate)} ({_loss(bracket.best.eval_loss)})"
+    pick = f"best {_rate(bracket.best.learning_rate)} ({_loss(bracket.best)})"
     if bracket.runner_up_gap is not None:
         pick += f", runner-up +{bracket.runner_up_gap:.4f} nats"
         if bracket.tie:
@@ -224,49 +291,21 @@ def verdict_line(bracket: Bracket, tie_nats: float = DEFAULT_TIE_NATS) -> str:
     return f"{head}: {pick}; {say}"
 
 
-def rate_spelling(run: Pretraining) -> str:
-    """The rate as the run's workdir name spells it (pretrain_..._lr3e-4: "3e-4"), so a
-    study that names folders by the rate finds this one again; a name without an _lr
-    part (a study's default rate) gets the shortest exponent form, e.g. "1e-3"."""
-    spelled = re.search(r"_lr([^_]+)", os.path.basename(os.path.normpath(run.workdir)))
-    if spelled:
-        try:
-            if float(spelled.group(1)) == run.learning_rate:
-                return spelled.group(1)
-        except ValueError:
-            pass
-    mantissa, exponent = f"{run.learning_rate:e}".split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-
-
-def best_run(found: list[Bracket], row: str, seed: int,
-             tie_nats: float = DEFAULT_TIE_NATS) -> Pretraining:
-    """A row's best run at a seed, when bracketed; ValueError saying why there is none."""
-    matches = [b for b in found if b.row == row and b.seed == seed]
-    if not matches:
-        known = ", ".join(sorted({b.row for b in found}))
-        raise ValueError(f"--best {row}: no such row at seed {seed} (rows: {known})")
-    if len(matches) > 1:
-        raise ValueError(f"--best {row}: seed {seed} has {len(matches)} schedules ("
-                         + ", ".join(f"{b.steps} steps" for b in matches) + ")")
-    if matches[0].verdict != "bracketed":
-        raise ValueError(f"--best {row}: not bracketed: {verdict_line(matches[0], tie_nats)}")
-    return matches[0].best
-
-
 def markdown(found: list[Bracket], tie_nats: float = DEFAULT_TIE_NATS) -> str:
     lines = ["| row | seed | steps | rate | state | eval loss | vs best (nats) |",
              "|---|---|---|---|---|---|---|"]
     for bracket in found:
         best = bracket.best
         for run in bracket.runs:
-            state = "finished" if run.finished else f"at step {run.last_step}"
-            if run.finished and best is not None and run is not best:
-                delta = ("-" if run.eval_loss is None or best.eval_loss is None
-                         else f"+{run.eval_loss - best.eval_loss:.4f}")
+            state = ("diverged" if run.diverged else "finished" if run.finished
+                     else f"at step {run.last_step}")
+            if run is best:
+                delta = "best"
+            elif run.finished and run.eval_loss is not None and best.eval_loss is not None:
+                delta = f"+{run.eval_loss - best.eval_loss:.4f}"
             else:
-                delta = "best" if run is best else "-"
-            loss = _loss(run.eval_loss) if run.finished else (
+                delta = "-"
+            loss = _loss(run) if run.finished else (
                 "-" if run.eval_loss is None else f"({run.eval_loss:.4f} so far)")
             lines.append(f"| {bracket.row} | {bracket.seed} | {bracket.steps} | "
                          f"{_rate(run.learning_rate)} | {state} | {loss} | {delta} |")

@@ -114,9 +114,27 @@ name_suffixes() {  # name_suffixes RATE: sets PRE_DIR_SUFFIX and ROW_SUFFIX
     PRE_DIR_SUFFIX+="_seed$PRE_SEED" ROW_SUFFIX+="_seed$PRE_SEED"
   fi
 }
-rate_of() {  # rate_of ROW: PRE_LR, or with PRE_LR=best the row's bracketed rate in OUT
-  if [[ "$PRE_LR" != best ]]; then echo "$PRE_LR"; return; fi
-  "$PYTHON" scripts/rate_bracket.py --study "$OUT" --best "$1" --seed 0
+# PRE_LR, or with PRE_LR=best each row's bracketed rate in OUT at these STEPS (one
+# rate_bracket.py call for every row; it prints "ROW RATE" lines or one error per row).
+declare -A RATE_OF  # HEADS:VARIANT -> pretraining rate
+resolve_rates() {  # resolve_rates ROW...: fills RATE_OF; exits on a row not bracketed
+  local row picks
+  if [[ "$PRE_LR" != best ]]; then
+    for row in "$@"; do RATE_OF[$row]=$PRE_LR; done
+    return
+  fi
+  local args=()
+  for row in "$@"; do args+=(--best "${row#*:}_h${row%%:*}"); done
+  picks=$("$PYTHON" scripts/rate_bracket.py --study "$OUT" --steps "$STEPS" --seed 0 \
+      "${args[@]}") || exit 1  # rate_bracket.py said why, one line per row
+  for row in "$@"; do
+    RATE_OF[$row]=$(awk -v want="${row#*:}_h${row%%:*}" '$1 == want {print $2; exit}' \
+        <<< "$picks")
+    if [[ -z "${RATE_OF[$row]}" ]]; then
+      echo "error: scripts/rate_bracket.py gave no rate for ${row#*:}_h${row%%:*}" >&2
+      exit 1
+    fi
+  done
 }
 name_suffixes "$PRE_LR"  # the default table's name: _prebest with PRE_LR=best
 # Another task than SST-2 fine-tunes into OUT/TASK/.
@@ -130,21 +148,33 @@ RESULTS=${2:-docs/results/head_counts_$INIT$ROW_SUFFIX$TASK_SUFFIX}
 CHECKPOINT_EVERY=$(( STEPS < 250 ? STEPS : 250 ))
 EVAL_EVERY=$(( STEPS >= 8 ? STEPS / 8 : STEPS ))
 
-pretrain() {  # pretrain WORKDIR MODEL_ARGS RATE
-  # A finished pretraining is not opened again (no corpus check, no compile); train.py
-  # resumes an unfinished one.
-  if [[ -z "${DRY_RUN:-}" ]] && "$PYTHON" -m training.results --is_finished "$1" \
-      --steps "$STEPS"; then
+pretrain() {  # pretrain WORKDIR MODEL_ARGS RATE; status 1: it diverged, nothing to fine-tune
+  # A finished pretraining is not opened again (no corpus check, no compile), nor one that
+  # diverged (a rerun stops at the same step); train.py resumes the rest. A run that
+  # diverges is a rate grid's worst point (scripts/rate_bracket.py), not the study's end.
+  if [[ -n "${DRY_RUN:-}" ]]; then
+    :
+  elif "$PYTHON" -m training.results --is_finished "$1" --steps "$STEPS"; then
     echo "$1: finished ($STEPS steps), skipped"
-  else
-    "${RUN[@]}" "$PYTHON" train.py \
-        --config "configs/pretrain.py:$MODEL,$2,steps=$STEPS,batch=64,seq_len=64,lr=$3,preds=10,seed=$PRE_SEED" \
-        --config.data.corpus="$CORPUS" --config.data.cache_dir="$OUT/data_cache" \
-        --config.data.eval_fraction=0.05 --config.optimizer.warmup_steps=$(( STEPS / 10 )) \
-        --config.eval_every_steps="$EVAL_EVERY" \
-        --config.checkpoint_every_steps="$CHECKPOINT_EVERY" \
-        --config.eval_batches=16 --workdir "$1"
+    return 0
+  elif "$PYTHON" -m training.results --is_diverged "$1"; then
+    echo "$1: diverged (its diverged.json), skipped: nothing to fine-tune"
+    return 1
   fi
+  local status=0
+  "${RUN[@]}" "$PYTHON" train.py \
+      --config "configs/pretrain.py:$MODEL,$2,steps=$STEPS,batch=64,seq_len=64,lr=$3,preds=10,seed=$PRE_SEED" \
+      --config.data.corpus="$CORPUS" --config.data.cache_dir="$OUT/data_cache" \
+      --config.data.eval_fraction=0.05 --config.optimizer.warmup_steps=$(( STEPS / 10 )) \
+      --config.eval_every_steps="$EVAL_EVERY" \
+      --config.checkpoint_every_steps="$CHECKPOINT_EVERY" \
+      --config.eval_batches=16 --workdir "$1" || status=$?
+  if (( status == 0 )); then return 0; fi
+  if "$PYTHON" -m training.results --is_diverged "$1"; then
+    echo "$1: diverged at rate $3 (its diverged.json): nothing to fine-tune"
+    return 1
+  fi
+  exit "$status"
 }
 
 ROWS=()
@@ -152,30 +182,31 @@ PAIRS=()
 TREND=()
 # Every row's rate before anything runs: a grid that does not bracket one stops the study
 # here (rate_bracket.py says why), not after hours of the other rows.
-declare -A RATE_OF  # HEADS:ROW_NAME -> pretraining rate
+WANTED=()
 for heads in ${HEADS//,/ }; do
   for name in ${NEEDS_MH_PRETRAINING:+mh} ${VARIANTS//,/ }; do
-    if [[ ( -n "${NATIVE[$name]+x}" || "$name" == mh ) && -z "${RATE_OF[$heads:$name]+x}" ]]
-    then
-      RATE_OF[$heads:$name]=$(rate_of "${name}_h$heads") || exit 1
-    fi
+    if [[ -n "${NATIVE[$name]+x}" || "$name" == mh ]]; then WANTED+=("$heads:$name"); fi
   done
 done
-declare -A ROW_OF  # variant -> its row's name at this head count (its rate, its seed)
+resolve_rates "${WANTED[@]}"
 for heads in ${HEADS//,/ }; do
+  declare -A ROW_OF=()  # variant -> its row at this head count (its rate, its seed); a
+  # variant whose pretraining diverged has none
+  mh_diverged=""
   if [[ -n "$NEEDS_MH_PRETRAINING" ]]; then
     mh_rate=${RATE_OF[$heads:mh]}
     name_suffixes "$mh_rate"
     mh_pretraining="$OUT/pretrain_h$heads$PRE_DIR_SUFFIX" mh_suffix="$ROW_SUFFIX"
-    pretrain "$mh_pretraining" "heads=$heads" "$mh_rate"
+    if ! pretrain "$mh_pretraining" "heads=$heads" "$mh_rate"; then mh_diverged=1; fi
   fi
   for name in ${VARIANTS//,/ }; do
     if [[ -n "${NATIVE[$name]+x}" ]]; then
       rate=${RATE_OF[$heads:$name]}
       name_suffixes "$rate"
       source_dir="$OUT/pretrain_h${heads}_$name$PRE_DIR_SUFFIX" flags=""
-      pretrain "$source_dir" "heads=$heads,${NATIVE[$name]}" "$rate"
+      if ! pretrain "$source_dir" "heads=$heads,${NATIVE[$name]}" "$rate"; then continue; fi
     else
+      if [[ -n "$mh_diverged" ]]; then continue; fi
       source_dir="$mh_pretraining" flags="${INSERTED[$name]}" ROW_SUFFIX="$mh_suffix"
     fi
     ROW_OF[$name]="${name}_h$heads$ROW_SUFFIX"
@@ -195,11 +226,11 @@ for heads in ${HEADS//,/ }; do
       mh:nat_th_ref mh:slip_drop_before mh:slip_no_pre mh:slip_model_std \
       nat_th_ref:slip_drop_before nat_th_ref:slip_no_pre nat_th_ref:slip_model_std; do
     a=${pair%:*} b=${pair#*:}
-    if [[ ",$VARIANTS," == *",$a,"* && ",$VARIANTS," == *",$b,"* ]]; then
+    if [[ -n "${ROW_OF[$a]+x}" && -n "${ROW_OF[$b]+x}" ]]; then
       PAIRS+=(--pairs "${ROW_OF[$a]}:${ROW_OF[$b]}")
     fi
   done
-  if [[ ",$VARIANTS," == *",mh,"* && ",$VARIANTS," == *",th_fan_in,"* ]]; then
+  if [[ -n "${ROW_OF[mh]+x}" && -n "${ROW_OF[th_fan_in]+x}" ]]; then
     TREND+=(--trend "${ROW_OF[mh]}:${ROW_OF[th_fan_in]}@$heads")
   fi
 done

@@ -4,14 +4,15 @@
   python scripts/rate_bracket.py --study runs/native_heads \
       --json docs/results/native_heads/rate_bracket.json \
       --md docs/results/native_heads/rate_bracket.md
-  python scripts/rate_bracket.py --study runs/native_heads --best nat_th_identity_h48
-      # prints the row's bracketed best rate only, spelled as its folder spells it
-      # (3e-4), or an error line and exit 1 while it is not bracketed
+  python scripts/rate_bracket.py --study runs/native_heads --steps 4000 \
+      --best mh_h48 --best nat_th_identity_h48
+      # prints "ROW RATE" per row, the rate spelled as its folder spells it (3e-4); an
+      # error line per row whose grid does not bracket its best rate, and exit 1
 
-Reads every STUDY/pretrain_* workdir (finished or still running) and prints, per row
-(workdir name without its _lr/_seed parts, at one pretraining seed and schedule), the
-lowest final eval loss, the runner-up's gap, and whether a lower and a higher rate both
-ended worse; at an edge, the next rate to add. How: analysis/rate_bracket.py.
+Reads every STUDY/pretrain_* workdir (finished, diverged or still running; with --best
+only those rows') and prints, per row at one pretraining seed and schedule, the lowest
+final eval loss, the runner-up's gap, and whether a lower and a higher rate both ended
+worse; at an edge, the next rate to add. What a row is, and how: analysis/rate_bracket.py.
 """
 
 from __future__ import annotations
@@ -43,9 +44,34 @@ def define_flags() -> None:
     flags.DEFINE_float("tie", DEFAULT_TIE_NATS, "a runner-up closer than this (nats) is a tie")
     flags.DEFINE_string("json", None, "also write the numbers here")
     flags.DEFINE_string("md", None, "also write the table and verdicts here")
-    flags.DEFINE_string("best", None, "print only this row's bracketed best rate "
-                        "(seed 0 unless --seed; exit 1 when not bracketed)")
+    flags.DEFINE_multi_string("best", [], "print this row's bracketed best rate only "
+                              "(repeatable; exit 1 unless every one is bracketed)")
     flags.DEFINE_integer("seed", 0, "the pretraining seed --best reads")
+    flags.DEFINE_integer("steps", None, "the schedule --best reads (needed when a row has "
+                         "several at that seed)")
+
+
+def print_best(found, rows: list[str]) -> int:
+    """ROW RATE per bracketed row on stdout; an error line per other row, and a warning
+    per pick within the tie margin, on stderr. The exit status."""
+    picks, errors = [], []
+    for row in rows:
+        try:
+            best = best_run(found, row, FLAGS.seed, FLAGS.steps, FLAGS.tie)
+        except ValueError as e:
+            errors.append(f"error: {e}")
+            continue
+        bracket = next(b for b in found if b.best is best)
+        if bracket.tie:
+            print(f"warning: {row}: the runner-up is {bracket.runner_up_gap:.4f} nats "
+                  f"behind (under the tie margin {FLAGS.tie:g}): the pick is a near tie",
+                  file=sys.stderr)
+        picks.append(f"{row} {rate_spelling(best)}")
+    if errors:
+        print("\n".join(errors), file=sys.stderr)
+        return 1
+    print("\n".join(picks))
+    return 0
 
 
 def main(argv: list[str]) -> None:
@@ -54,12 +80,11 @@ def main(argv: list[str]) -> None:
     if not FLAGS.study:
         sys.exit("error: give --study OUT (a directory of pretrain_* workdirs)")
     try:
-        found = brackets(find_pretrainings(FLAGS.study), FLAGS.tie)
-        if FLAGS.best:
-            print(rate_spelling(best_run(found, FLAGS.best, FLAGS.seed, FLAGS.tie)))
-            return
+        found = brackets(find_pretrainings(FLAGS.study, FLAGS.best or None), FLAGS.tie)
     except ValueError as e:
         sys.exit(f"error: {e}")
+    if FLAGS.best:
+        sys.exit(print_best(found, FLAGS.best))
     table = markdown(found, FLAGS.tie)
     print(table, end="")
     if FLAGS.json:

@@ -230,20 +230,26 @@ def final_params(workdir: str):
 def write_pretraining(study, name: str, rate: float, loss: float | None = None,
                       steps: int = 100, seed: int = 0, at_step: int | None = None,
                       logged: dict[int, float] | None = None) -> str:
-    """STUDY/NAME as train.py leaves it: finished with eval loss `loss` (None: non-finite),
-    or, with at_step, still running with a checkpoint there and `logged` eval losses."""
+    """STUDY/NAME as train.py leaves it (configs/pretrain.py's config, the project's own
+    record writers): finished with eval loss `loss`; loss=None: stopped at a non-finite
+    step 60 with checkpoint 50 (diverged.json); with at_step, still running with a
+    checkpoint there and `logged` eval losses in its TensorBoard events."""
     workdir = os.path.join(study, name)
     config = tiny_run_config("corpus.txt", "cache", steps=steps,
                              **{"optimizer.learning_rate": rate, "seed": seed})
     os.makedirs(workdir)
     with open(os.path.join(workdir, results.RUN_CONFIG), "w") as f:
         json.dump(config.to_dict(), f)
-    step = steps if at_step is None else at_step
-    os.makedirs(os.path.join(workdir, results.CHECKPOINTS, str(step)))
-    if at_step is None:
-        results.FinalMetrics(step=steps, train_loss=6.0,
-                             eval={"eval_loss": float("nan") if loss is None else loss}
+    if at_step is not None:
+        checkpoint = at_step
+    elif loss is None:
+        checkpoint = 50
+        results.Diverged(step=60, seen_at=60).write(workdir)
+    else:
+        checkpoint = steps
+        results.FinalMetrics(step=steps, train_loss=6.0, eval={"eval_loss": loss}
                              ).write(workdir)
+    os.makedirs(os.path.join(workdir, results.CHECKPOINTS, str(checkpoint)))
     if logged:
         writer = MetricWriter(workdir, enabled=True)
         for logged_step, value in logged.items():

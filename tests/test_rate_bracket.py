@@ -62,26 +62,33 @@ def test_verdicts_bracketed_at_each_edge_a_tie_and_a_run_still_going(tmp_path):
     assert (fan_in["verdict"], fan_in["best_rate"], fan_in["next_rate"]) == (
         "below_grid", 3e-4, 1e-4)
     assert [run["eval_loss"] for run in fan_in["runs"]] == [6.15, 6.30, None]
+    assert fan_in["runs"][2]["diverged_at"] == 60 and fan_in["runs"][2]["finished"]
     second = rows[("mh_h48", 1, 100)]
     assert (second["verdict"], second["best_rate"]) == ("incomplete", 1e-3)
     running = [run for run in second["runs"] if not run["finished"]][0]
     assert (running["last_step"], running["eval_loss"]) == (50, 6.5)
 
-    assert ("mh_h48 (seed 0, 100 steps): best 0.001 (6.0000), runner-up +0.0500 nats; "
+    # Rates in the study scripts' folder spelling: given back as PRE_LR, they find the
+    # folder again.
+    assert ("mh_h48 (seed 0, 100 steps): best 1e-3 (6.0000), runner-up +0.0500 nats; "
             "bracketed") in stdout
-    assert "runner-up +0.0100 nats (a tie: under 0.02); at the grid's high edge: add 0.01" \
+    assert "runner-up +0.0100 nats (a tie: under 0.02); at the grid's high edge: add 1e-2" \
         in stdout
-    assert "at the grid's low edge: add 0.0001" in stdout
-    assert "| nat_th_fan_in_h48 | 0 | 100 | 0.003 | finished | diverged | - |" in stdout
-    assert "| mh_h48 | 1 | 100 | 0.0003 | at step 50 | (6.5000 so far) | - |" in stdout
+    assert "at the grid's low edge: add 1e-4" in stdout
+    assert ("| nat_th_fan_in_h48 | 0 | 100 | 3e-3 | diverged | diverged at step 60 | - |"
+            in stdout)
+    assert "| mh_h48 | 1 | 100 | 3e-4 | at step 50 | (6.5000 so far) | - |" in stdout
     assert "so far (1 of 2 rates finished)" in stdout
 
     found = brackets(find_pretrainings(str(study)))
     assert best_run(found, "mh_h48", 0).learning_rate == 1e-3  # --best's command line:
     # tests/test_study_scripts.py (head_count_study.sh's PRE_LR=best)
-    with pytest.raises(ValueError, match=r"no such row at seed 0 \(rows: mh_h48, "
-                                         r"nat_th_fan_in_h48, nat_th_identity_h48\)"):
+    with pytest.raises(ValueError, match=r"no such row at seed 0 \(rows at seed 0: mh_h48 "
+                                         r"\(100 steps\), nat_th_fan_in_h48 \(100 steps\), "
+                                         r"nat_th_identity_h48 \(100 steps\)\)"):
         best_run(found, "mh_h96", 0)
+    with pytest.raises(ValueError, match=r"--best mh_h48: no such row at seed 0, 4000 steps"):
+        best_run(found, "mh_h48", 0, steps=4000)  # another schedule's pick is not this one's
     with pytest.raises(ValueError, match=r"--best mh_h48: not bracketed: .*so far"):
         best_run(found, "mh_h48", 1)
     with pytest.raises(ValueError, match=r"--best nat_th_identity_h48: not bracketed: "
@@ -96,7 +103,7 @@ def test_the_rate_is_the_configs_and_a_schedule_is_a_row_of_its_own(tmp_path):
     result = run_script("rate_bracket.py", [f"--study={study}"])
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1] == (
-        f"error: mh_h8 (seed 0, 100 steps): rate 0.001 in two workdirs: "
+        f"error: mh_h8 (seed 0, 100 steps): rate 1e-3 in two workdirs: "
         f"{study}/pretrain_h8, {study}/pretrain_h8_lr3e-4")
 
     other = tmp_path / "other" / "study"
@@ -107,10 +114,14 @@ def test_the_rate_is_the_configs_and_a_schedule_is_a_row_of_its_own(tmp_path):
         (("mh_h8", 0, 100), "single_rate"), (("mh_h8", 0, 400), "single_rate")]
     lines = [line for line in stdout.splitlines() if line.startswith("- ")]
     assert lines == [
-        "- mh_h8 (seed 0, 100 steps): best 0.001 (6.0000); one rate only: add a lower and a "
+        "- mh_h8 (seed 0, 100 steps): best 1e-3 (6.0000); one rate only: add a lower and a "
         "higher one",
-        "- mh_h8 (seed 0, 400 steps): best 0.0003 (6.1000); one rate only: add a lower and a "
+        "- mh_h8 (seed 0, 400 steps): best 3e-4 (6.1000); one rate only: add a lower and a "
         "higher one"]
+    found = brackets(find_pretrainings(str(other)))
+    with pytest.raises(ValueError, match=r"seed 0 has 2 schedules \(100 steps, 400 steps\): "
+                                         r"give --steps"):
+        best_run(found, "mh_h8", 0)
 
 
 def test_bad_input_is_one_error_line_naming_the_file(tmp_path):
@@ -143,7 +154,7 @@ def test_bad_input_is_one_error_line_naming_the_file(tmp_path):
 
 @pytest.mark.parametrize("rate, direction, want", [
     (3e-3, +1, 1e-2), (1e-3, -1, 3e-4), (3e-4, -1, 1e-4), (1e-2, +1, 3e-2),
-    (5e-4, +1, 1e-3),  # off the grid: from its nearest point, 3e-4
+    (5e-4, +1, 1e-3), (5e-4, -1, 3e-4), (2e-3, +1, 3e-3), (2e-3, -1, 1e-3),  # off the grid
 ])
 def test_the_next_rate_is_the_half_decade_grids(rate, direction, want):
     assert half_decade_neighbour(rate, direction) == want
@@ -165,3 +176,30 @@ def test_row_names_are_the_studys(name, want):
 def test_the_best_rate_is_spelled_as_its_folder_spells_it(name, rate, want):
     run = Pretraining(f"/x/{name}", row_name(name), rate, 0, 100, True, 100, 6.0)
     assert rate_spelling(run) == want
+
+
+def test_best_prints_every_rows_pick_warns_of_a_tie_and_needs_strictly_worse_ends(tmp_path):
+    """--best ROW... prints "ROW RATE" lines (head_count_study.sh reads them); a pick within
+    the tie margin is a warning; a neighbour with exactly the best loss is not "worse", so
+    that grid is not bracketed; only the asked rows are read (a damaged other row does not
+    stop the question)."""
+    study = tmp_path / "study"
+    for rate, loss in ((3e-4, 6.10), (1e-3, 6.00), (3e-3, 6.005)):  # 1e-3 by 0.005: a tie
+        write_pretraining(study, f"pretrain_h48_lr{rate:.0e}".replace("e-0", "e-"), rate, loss)
+    for rate, loss in ((3e-4, 6.2), (1e-3, 6.1), (3e-3, 6.1)):  # 1e-3 = 3e-3: not bracketed
+        write_pretraining(study, f"pretrain_h96_lr{rate:.0e}".replace("e-0", "e-"), rate, loss)
+    damaged = write_pretraining(study, "pretrain_h8", 1e-3, 6.0)
+    with open(os.path.join(damaged, results.RUN_CONFIG), "w") as f:
+        f.write("{")
+    result = run_script("rate_bracket.py", [f"--study={study}", "--steps=100",
+                                            "--best=mh_h48"])
+    assert (result.returncode, result.stdout) == (0, "mh_h48 1e-3\n"), result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "warning: mh_h48: the runner-up is 0.0050 nats behind (under the tie margin 0.02): "
+        "the pick is a near tie"]
+    both = run_script("rate_bracket.py", [f"--study={study}", "--best=mh_h48",
+                                          "--best=mh_h96"])
+    assert both.returncode == 1 and both.stdout == ""
+    assert both.stderr.strip().splitlines()[-1] == (
+        "error: --best mh_h96: not bracketed: mh_h96 (seed 0, 100 steps): best 1e-3 (6.1000), "
+        "runner-up +0.0000 nats (a tie: under 0.02); at the grid's high edge: add 1e-2")

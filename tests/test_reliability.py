@@ -116,6 +116,28 @@ def test_non_finite_loss_stops_naming_the_step_and_is_not_checkpointed(run_corpu
     bad_step = int(str(info.value).split("at step ")[1].split(" ")[0])
     saved = Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True).all_steps()
     assert max(saved, default=0) < bad_step  # checkpoint k holds k finite steps
+    # The stop is recorded, so a rate grid reads the run as finished and worst
+    # (scripts/rate_bracket.py) and a study script skips it instead of stopping.
+    from analysis.rate_bracket import read_pretraining
+    from training import results
+
+    record = results.Diverged.read(workdir)
+    assert record.step == bad_step and record.seen_at >= bad_step
+    assert results.main(["--is_diverged", workdir]) == 0
+    assert results.main(["--is_finished", workdir, "--steps", "30"]) == 1
+    run = read_pretraining(workdir)
+    assert (run.finished, run.diverged, run.diverged_at) == (True, True, bad_step)
+    # A rerun resumes, diverges at the same step and records it again; a record of an
+    # earlier attempt does not outlive a run that goes on.
+    os.remove(results.Diverged.path(workdir))
+    with pytest.raises(TrainingError, match=f"non-finite loss or gradient at step {bad_step} "):
+        train_and_evaluate(config, workdir)
+    assert results.Diverged.read(workdir).step == bad_step
+    fresh = str(tmp_path / "fresh")
+    results.Diverged(3, 5).write(fresh)
+    train_and_evaluate(tiny_run_config(text, cache, steps=2), fresh)
+    assert results.Diverged.read(fresh) is None
+    assert results.main(["--is_diverged", fresh]) == 1
 
 
 def test_skip_mode_keeps_going_past_a_non_finite_update(run_corpus, tmp_path):

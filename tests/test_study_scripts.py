@@ -421,7 +421,8 @@ def test_head_count_study_does_not_reopen_a_finished_pretraining(tmp_path):
     stand_in.write_text(
         "#!/usr/bin/env bash\n"
         f'echo "$*" >> {shlex.quote(str(calls))}\n'
-        'if [[ "$*" == *"--is_finished"* && "$*" != *pretrain_h8* ]]; then exit 1; fi\n')
+        'if [[ "$*" == *"--is_finished"* && "$*" != *pretrain_h8* ]]; then exit 1; fi\n'
+        'if [[ "$*" == *"--is_diverged"* ]]; then exit 1; fi\n')
     stand_in.chmod(0o755)
     env = dict(os.environ, PYTHON=str(stand_in), HEADS="8,96", INIT="pretrained")
     env.pop("DRY_RUN", None)
@@ -478,8 +479,63 @@ def test_head_count_study_runs_each_row_at_its_own_bracketed_rate(tmp_path):
     assert compare[-2:] == ["--out", "docs/results/head_counts_pretrained_prebest"]
 
     edge, lines = study(VARIANTS="mh,nat_th_fan_in")
-    assert edge.returncode == 1 and not any("eval_glue.py" in x for x in lines)
-    assert edge.stderr.strip().splitlines()[-1].startswith(
+    assert edge.returncode == 1 and lines == []  # nothing ran
+    assert edge.stderr.strip().splitlines() == [
         "error: --best nat_th_fan_in_h48: not bracketed: nat_th_fan_in_h48 (seed 0, 4000 "
-        "steps): best 0.003 (6.2000)")
-    assert "at the grid's high edge: add 0.01" in edge.stderr
+        "steps): best 3e-3 (6.2000), runner-up +0.1000 nats; at the grid's high edge: add 1e-2"]
+    longer, lines = study(VARIANTS="mh", STEPS="8000")  # the 4000-step grid picks no rate
+    assert longer.returncode == 1 and lines == []  # for 8000 steps
+    assert "error: --best mh_h48: no such row at seed 0, 8000 steps" in longer.stderr
+
+
+def test_head_count_study_skips_a_diverged_pretraining_and_goes_on(tmp_path):
+    """A pretraining that stops at a non-finite step (train.py exits 1 and leaves
+    diverged.json) is a rate grid's worst point, not the study's end: the other rows still
+    run, its own fine-tuning and pairs are left out, and a rerun does not reopen it. Any
+    other failure still stops the study with train.py's status. PYTHON is a stand-in that
+    logs its arguments; its train.py 'diverges' for the multi-head row."""
+    calls = tmp_path / "calls.log"
+    stand_in = tmp_path / "python"
+    stand_in.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {shlex.quote(str(calls))}\n'
+        'if [[ "$*" == *"--is_finished"* ]]; then exit 1; fi\n'
+        'if [[ "$*" == *"--is_diverged"* ]]; then\n'
+        '  [[ "$*" == *"pretrain_h48_lr3e-3 "* || "$*" == *pretrain_h48_lr3e-3 ]] && '
+        '[[ -e "$DIVERGED_MARK" ]]; exit $?; fi\n'
+        'if [[ "$1" == train.py && "$*" == *"--workdir "*"pretrain_h48_lr3e-3" ]]; then\n'
+        '  if [[ -n "${TRAIN_FAILS_WITH:-}" ]]; then exit "$TRAIN_FAILS_WITH"; fi\n'
+        '  touch "$DIVERGED_MARK"; exit 1; fi\n')
+    stand_in.chmod(0o755)
+    env = dict(os.environ, PYTHON=str(stand_in), HEADS="48", INIT="pretrained",
+               PRE_LR="3e-3", VARIANTS="mh,th_identity,nat_th_identity,nat_th_fan_in",
+               DIVERGED_MARK=str(tmp_path / "diverged"))
+    env.pop("DRY_RUN", None)
+    out = tmp_path / "out"
+
+    def study(**more: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "scripts/head_count_study.sh", str(out),
+                               str(tmp_path / "tables")], cwd=REPO, env=dict(env, **more),
+                              capture_output=True, text=True, timeout=60)
+
+    crashed = study(TRAIN_FAILS_WITH="75")  # stopped by a signal: not a divergence
+    assert crashed.returncode == 75
+    assert "eval_glue.py" not in calls.read_text()
+    calls.unlink()
+
+    first = study()
+    assert first.returncode == 0, first.stderr
+    assert f"{out}/pretrain_h48_lr3e-3: diverged at rate 3e-3 (its diverged.json): nothing " \
+           f"to fine-tune" in first.stdout
+    logged = calls.read_text().splitlines()
+    glue = [x.split("--workdir ")[1] for x in logged if x.startswith("eval_glue.py")]
+    assert glue == [f"{out}/h48/nat_th_identity_pre3e-3", f"{out}/h48/nat_th_fan_in_pre3e-3"]
+    compare = [x for x in logged if x.startswith("scripts/compare_finetuning.py")]
+    assert len(compare) == 1 and "--pairs nat_th_identity_h48_pre3e-3:nat_th_fan_in_h48_pre3e-3 " \
+        in compare[0] and "mh_h48" not in compare[0]
+    calls.unlink()
+    rerun = study()
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{out}/pretrain_h48_lr3e-3: diverged (its diverged.json), skipped" in rerun.stdout
+    assert not any(x.startswith("train.py") and "pretrain_h48_lr3e-3" in x
+                   for x in calls.read_text().splitlines())

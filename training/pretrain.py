@@ -35,6 +35,7 @@ from training.preemption import PreemptionFlag
 from training.pretrain_loop import (
     Evaluator,
     LoopState,
+    NonFiniteStep,
     StepLoop,
     Throughput,
     TrainingError,
@@ -403,13 +404,22 @@ def train(run: Run, data: Any, train_state: Any, start: int, end: int, began: fl
     first_line = min(end, (start // config.log_every_steps + 1) * config.log_every_steps)
     metrics.console(f"compiling the train step; the first line comes at step {first_line}")
     progress = metrics.Progress(config.num_train_steps, start)
+    # A record of an earlier attempt's divergence no longer says what this run does; if
+    # the steps are the same it diverges again and writes it again.
+    if is_main() and os.path.exists(results.Diverged.path(workdir)):
+        os.remove(results.Diverged.path(workdir))
     try:
         with PreemptionFlag() as preemption:
             loop = StepLoop(config, run.mesh, run.rules, run.compiled.train_step,
                             run.compiled.objective, batcher, evaluator, writer, progress,
                             throughput(run), checkpointer, run.checkpoint_config,
                             preemption)
-            run_steps(loop, state, start, end)
+            try:
+                run_steps(loop, state, start, end)
+            except NonFiniteStep as e:
+                if is_main():  # a rate grid reads it as a finished run with the worst loss
+                    results.Diverged(e.step, e.seen_at).write(workdir)
+                raise
         final = final_record(loop, state, end)
         finished = end == config.num_train_steps
         if is_main() and finished and not state.preempted:

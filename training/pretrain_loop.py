@@ -24,6 +24,14 @@ class TrainingError(RuntimeError):
     """A run that cannot go on (non-finite loss, mismatched checkpoint); names the cause."""
 
 
+class NonFiniteStep(TrainingError):
+    """nonfinite=error met a non-finite loss or gradient: the run diverged at `step`."""
+
+    def __init__(self, message: str, step: int, seen_at: int):
+        super().__init__(message)
+        self.step, self.seen_at = step, seen_at
+
+
 @dataclasses.dataclass
 class Window:
     """The train steps since the last log line, and the time spent outside them (eval
@@ -107,10 +115,11 @@ def read_health(loop: StepLoop, state: LoopState) -> dict[str, int]:
     """The device's health record; with nonfinite=error, a non-finite step stops here."""
     health = {k: int(v) for k, v in jax.device_get(state.health).items()}
     if loop.config.nonfinite == "error" and health["first_nonfinite"]:
-        raise TrainingError(
-            f"non-finite loss or gradient at step {health['first_nonfinite']} (seen at step "
-            f"{int(state.train_state['step'])}); not checkpointed. Lower the learning rate or "
-            f"set --config.nonfinite=skip")
+        step, seen_at = health["first_nonfinite"], int(state.train_state["step"])
+        raise NonFiniteStep(
+            f"non-finite loss or gradient at step {step} (seen at step {seen_at}); not "
+            f"checkpointed. Lower the learning rate or set --config.nonfinite=skip",
+            step, seen_at)
     return health
 
 

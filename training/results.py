@@ -9,6 +9,9 @@ A pretraining workdir (train.py --workdir):
   final_metrics.json      FinalMetrics: step, last train loss, eval_* when there was an
                           eval split; written when the run reached its last step, and
                           valid while checkpoints/STEP, the checkpoint it reports, is there
+  diverged.json           Diverged: the step whose loss or gradient was not finite, when
+                          a run with nonfinite=error stopped there (nothing checkpointed
+                          after it); removed when the run is started again
 A GLUE workdir (eval_glue.py --workdir):
   TASK/lr{LR}_seed{S}/result.json   RunResult: one finished (task, lr, seed) run
   results.json            FineTuningResults: init, one TaskSummary per task, skipped tasks,
@@ -39,7 +42,10 @@ Finished, as the sweep decides it (and run.sh asks through this module's command
       GLUE: WORKDIR/results.json holds the task from checkpoint step N with every
       learning rate and fine-tuning seeds 0..2, and each of those runs has its
       result.json
-  exit status 0: finished; 1: not (missing, stale or damaged); 2: bad arguments.
+  python -m training.results --is_diverged WORKDIR
+      pretraining: WORKDIR/diverged.json says the run stopped at a non-finite step
+  exit status 0: finished (diverged); 1: not (missing, stale or damaged); 2: bad
+  arguments.
 
 Reading: `Record.read(directory)` is None when the file is missing and raises
 ResultsError (naming the file) when it is damaged; files of older versions of this
@@ -62,6 +68,7 @@ from typing import Any
 from common.files import write_json_atomic
 
 FINAL_METRICS = "final_metrics.json"
+DIVERGED = "diverged.json"
 CHECKPOINTS = "checkpoints"  # a pretraining workdir's (training/checkpoints.py)
 RUN_CONFIG = "config.json"
 RUN_RESULT = "result.json"
@@ -182,6 +189,31 @@ class FinalMetrics:
     def metric(self, key: str) -> float | None:
         """train_loss or an eval_* value; None when the run has none."""
         return self.train_loss if key == "train_loss" else self.eval.get(key)
+
+
+@dataclasses.dataclass(frozen=True)
+class Diverged:
+    """WORKDIR/diverged.json: a run with nonfinite=error stopped at a non-finite step.
+    Rerunning it resumes from the last checkpoint and, the steps being deterministic,
+    stops there again; a rate grid reads it as a finished run with the worst loss."""
+
+    step: int  # the first step whose loss or gradient was not finite
+    seen_at: int  # the step at which the loop read it (a log step, at most that later)
+
+    @staticmethod
+    def path(workdir: str) -> str:
+        return os.path.join(workdir, DIVERGED)
+
+    def write(self, workdir: str) -> None:
+        write_json_atomic(self.path(workdir), dataclasses.asdict(self))
+
+    @classmethod
+    def read(cls, workdir: str) -> Diverged | None:
+        return _read(cls, cls.path(workdir))
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> Diverged:
+        return cls(int(value["step"]), int(value["seen_at"]))
 
 
 # -- fine-tuning -------------------------------------------------------------------------------
@@ -479,18 +511,33 @@ class GlueTarget:
                 "--seeds", str(self.num_seeds)]
 
 
-def target_from_args(argv: list[str]) -> PretrainTarget | GlueTarget:
+@dataclasses.dataclass(frozen=True)
+class DivergedTarget:
+    """A pretraining workdir that stopped at a non-finite step (its diverged.json)."""
+
+    workdir: str
+
+    def finished(self) -> bool:
+        return read_quietly(Diverged, self.workdir) is not None
+
+
+def target_from_args(argv: list[str]) -> PretrainTarget | GlueTarget | DivergedTarget:
     """The target of `cli_args()`; argparse's SystemExit(2) on bad arguments."""
     parser = argparse.ArgumentParser(
         prog="python -m training.results",
-        description="Exit 0 if a pretraining or GLUE workdir is finished, 1 if not.")
-    parser.add_argument("--is_finished", metavar="WORKDIR", required=True)
+        description="Exit 0 if a pretraining or GLUE workdir is finished (a pretraining "
+                    "diverged, with --is_diverged), 1 if not.")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--is_finished", metavar="WORKDIR")
+    which.add_argument("--is_diverged", metavar="WORKDIR")
     parser.add_argument("--steps", type=int, help="pretraining: the step to have reached")
     parser.add_argument("--task", help="GLUE: the task (as results.json names it)")
     parser.add_argument("--init_step", type=int, help="GLUE: the checkpoint step")
     parser.add_argument("--learning_rates", default="", help="GLUE: comma list")
     parser.add_argument("--seeds", type=int, help="GLUE: fine-tuning seeds 0..N-1")
     args = parser.parse_args(argv)
+    if args.is_diverged is not None:
+        return DivergedTarget(args.is_diverged)
     if args.task is None:
         if args.steps is None:
             parser.error("give --steps (pretraining) or --task (GLUE)")
