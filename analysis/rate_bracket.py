@@ -5,7 +5,7 @@ The command line is scripts/rate_bracket.py.
 A study pretrains one row (an architecture: a variant at a head count) at several
 learning rates into sibling workdirs, e.g. scripts/head_count_study.sh's
 pretrain_h48_nat_th_identity_lr3e-4. A row is a workdir name without pretrain_ and its
-_lr<rate> and _seed<n> parts, with head_count_study.sh's h{N}[_VARIANT] read as its
+_lr<rate>, _seed<n> and _steps<n> parts, with head_count_study.sh's h{N}[_VARIANT] read as its
 rows' VARIANT_h{N} (mh_h{N} for the multi-head pretraining h{N}), at one pretraining
 seed and schedule length as config.json records them: a second seed or a longer
 schedule is a row of its own. The rate itself is config.json's, not the name's.
@@ -40,7 +40,7 @@ from training import results
 
 WORKDIR_PREFIX = "pretrain_"
 DEFAULT_TIE_NATS = 0.02
-_SUFFIXES = re.compile(r"_lr[^_]+|_seed\d+")
+_SUFFIXES = re.compile(r"_lr[^_]+|_seed\d+|_steps\d+")
 _HEAD_COUNT_STUDY = re.compile(r"h(\d+)(?:_(.+))?")
 
 

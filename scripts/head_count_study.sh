@@ -42,8 +42,11 @@
 #       HEADS=48 VARIANTS=mh,nat_th_identity bash scripts/head_count_study.sh runs/x; done
 #   INIT=pretrained STEPS=4000 PRE_LR=best PRE_SEED=1 HEADS=48 ... # a second seed, then
 #   INIT=pretrained STEPS=4000 PRE_LR=best SEEDS=10 HEADS=48 ...   # fine-tune and compare
-# TASK
-# (default sst2) fine-tunes another GLUE task, e.g. a sentence pair (TASK=mrpc), into
+# BRACKET_STEPS (default STEPS) is the schedule whose grid PRE_LR=best reads; a
+# pretraining of other STEPS than it is named by them (_steps{N} on its folder and rows):
+# multi-head at talking heads' FLOPs, 1.16x the steps at 48 heads, at its 4000-step rate:
+#   INIT=pretrained STEPS=4640 BRACKET_STEPS=4000 PRE_LR=best HEADS=48 VARIANTS=mh ...
+# TASK (default sst2) fine-tunes another GLUE task, e.g. a sentence pair (TASK=mrpc), into
 # OUT/TASK/h{H}/... with its own default table, on the same pretrainings.
 #
 # A finished pretraining (training.results --is_finished) is reused as it is, without
@@ -76,6 +79,7 @@ case "$INIT" in
   *) echo "error: INIT=$INIT: choose scratch or pretrained" >&2; exit 1 ;;
 esac
 PRE_LR=${PRE_LR:-1e-3}
+BRACKET_STEPS=${BRACKET_STEPS:-$STEPS}
 PRE_SEED=${PRE_SEED:-0}
 # Inserted into the multi-head pretraining (the reader's swap): eval_glue.py's flags.
 declare -A INSERTED=(
@@ -113,8 +117,11 @@ name_suffixes() {  # name_suffixes RATE: sets PRE_DIR_SUFFIX and ROW_SUFFIX
   if [[ "$PRE_SEED" != 0 ]]; then
     PRE_DIR_SUFFIX+="_seed$PRE_SEED" ROW_SUFFIX+="_seed$PRE_SEED"
   fi
+  if [[ "$STEPS" != "$BRACKET_STEPS" ]]; then
+    PRE_DIR_SUFFIX+="_steps$STEPS" ROW_SUFFIX+="_steps$STEPS"
+  fi
 }
-# PRE_LR, or with PRE_LR=best each row's bracketed rate in OUT at these STEPS (one
+# PRE_LR, or with PRE_LR=best each row's bracketed rate in OUT at BRACKET_STEPS (one
 # rate_bracket.py call for every row; it prints "ROW RATE" lines or one error per row).
 declare -A RATE_OF  # HEADS:VARIANT -> pretraining rate
 resolve_rates() {  # resolve_rates ROW...: fills RATE_OF; exits on a row not bracketed
@@ -125,7 +132,7 @@ resolve_rates() {  # resolve_rates ROW...: fills RATE_OF; exits on a row not bra
   fi
   local args=()
   for row in "$@"; do args+=(--best "${row#*:}_h${row%%:*}"); done
-  picks=$("$PYTHON" scripts/rate_bracket.py --study "$OUT" --steps "$STEPS" --seed 0 \
+  picks=$("$PYTHON" scripts/rate_bracket.py --study "$OUT" --steps "$BRACKET_STEPS" --seed 0 \
       "${args[@]}") || exit 1  # rate_bracket.py said why, one line per row
   for row in "$@"; do
     RATE_OF[$row]=$(awk -v want="${row#*:}_h${row%%:*}" '$1 == want {print $2; exit}' \

@@ -163,6 +163,7 @@ def test_the_next_rate_is_the_half_decade_grids(rate, direction, want):
 @pytest.mark.parametrize("name, want", [
     ("pretrain_h48", "mh_h48"), ("pretrain_h96_nat_th_fan_in_lr3e-3_seed1", "nat_th_fan_in_h96"),
     ("pretrain_h8_lr1e-2", "mh_h8"), ("pretrain_txt_mh_h8", "txt_mh_h8"),
+    ("pretrain_h48_lr3e-4_steps4640", "mh_h48"),
 ])
 def test_row_names_are_the_studys(name, want):
     assert row_name(f"/x/{name}/") == want

@@ -486,6 +486,18 @@ def test_head_count_study_runs_each_row_at_its_own_bracketed_rate(tmp_path):
     longer, lines = study(VARIANTS="mh", STEPS="8000")  # the 4000-step grid picks no rate
     assert longer.returncode == 1 and lines == []  # for 8000 steps
     assert "error: --best mh_h48: no such row at seed 0, 8000 steps" in longer.stderr
+    # Multi-head at talking heads' FLOPs: 1.16x the steps at the 4000-step grid's rate,
+    # in folders and rows named by the steps (the 4000-step run is not reopened).
+    flops, lines = study(VARIANTS="mh", STEPS="4640", BRACKET_STEPS="4000")
+    assert flops.returncode == 0, flops.stderr
+    train = [x for x in lines if "train.py" in x]
+    assert [x[x.index("--workdir") + 1] for x in train] == [
+        str(out / "pretrain_h48_lr3e-4_steps4640")]
+    assert ",steps=4640," in train[0][3] and ",lr=3e-4," in train[0][3]
+    glue = [x for x in lines if "eval_glue.py" in x]
+    assert glue[0][glue[0].index("--workdir") + 1] == str(out / "h48" / "mh_pre3e-4_steps4640")
+    assert "no pair among VARIANTS=mh" in flops.stderr  # its table joins the 4000-step
+    # rows by hand (scripts/compare_finetuning.py --row)
 
 
 def test_head_count_study_skips_a_diverged_pretraining_and_goes_on(tmp_path):
