@@ -9,7 +9,9 @@ of one collection). This counts, over the sequences the run evaluates on (the fi
 eval_batches x batch_size of its eval split, as the eval loss does), the share of
 token n-grams (no padding inside) that also occur anywhere in the training split, and
 the share of eval sequences more than half (and more than 90%) made of such n-grams.
-13 tokens is the usual contamination window (GPT-3's); 8 is stricter.
+13 tokens is the usual contamination window (GPT-3's); 8 is stricter. Every token
+position counts, where the eval loss scores only the masked ones (about one in six
+here), so the share is of the text the scored positions sit in.
 
 N-grams are compared as 64-bit polynomial hashes of their token ids: two different
 n-grams can collide with probability about (number of training n-grams) / 2^64, far

@@ -32,6 +32,15 @@ def test_hand_counted_shares():
     # (2,3,4) seen, (3,4,9) and (7,7,7) not; n-grams over padding are not counted.
     assert got["eval_ngrams"] == 3 and got["seen_in_train"] == pytest.approx(1 / 3)
     assert got["sequences_over_half_seen"] == 0.0  # 1/2 is not over half
+    assert got["sequences"] == 2 and got["sequences_over_90pct_seen"] == 0.0
+    # Order matters: the same tokens reversed are another n-gram.
+    assert overlap(np.array([[1, 2, 3]]), np.array([[3, 2, 1]]), n=3, pad=0)[
+        "seen_in_train"] == 0.0
+    # Padding inside a sequence cuts its n-grams; a row with none is not a sequence here.
+    inside = overlap(np.array([[5, 6, 7, 8]]), np.array([[5, 6, 0, 7, 8, 9], [0, 0, 0, 0, 0, 9]]),
+                     n=2, pad=0)
+    assert (inside["eval_ngrams"], inside["seen_in_train"], inside["sequences"]) == (3, 2 / 3, 1)
+    assert inside["sequences_over_half_seen"] == 1.0 and inside["sequences_over_90pct_seen"] == 0
     with pytest.raises(ValueError, match="longer than the sequences"):
         overlap(train, held_out, n=6, pad=0)
 
