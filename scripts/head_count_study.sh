@@ -192,7 +192,10 @@ TREND=()
 WANTED=()
 for heads in ${HEADS//,/ }; do
   for name in ${NEEDS_MH_PRETRAINING:+mh} ${VARIANTS//,/ }; do
-    if [[ -n "${NATIVE[$name]+x}" || "$name" == mh ]]; then WANTED+=("$heads:$name"); fi
+    if [[ ( -n "${NATIVE[$name]+x}" || "$name" == mh ) && " ${WANTED[*]} " != *" $heads:$name "* ]]
+    then
+      WANTED+=("$heads:$name")  # once each: multi-head is wanted by mh and by insertions
+    fi
   done
 done
 resolve_rates "${WANTED[@]}"

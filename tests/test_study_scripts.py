@@ -478,14 +478,16 @@ def test_head_count_study_runs_each_row_at_its_own_bracketed_rate(tmp_path):
         "mh_h48_pre3e-4:th_identity_h48_pre3e-4", "mh_h48_pre3e-4:nat_th_identity_h48"]
     assert compare[-2:] == ["--out", "docs/results/head_counts_pretrained_prebest"]
 
-    edge, lines = study(VARIANTS="mh,nat_th_fan_in")
+    edge, lines = study(VARIANTS="mh,th_fan_in,nat_th_fan_in")
     assert edge.returncode == 1 and lines == []  # nothing ran
-    assert edge.stderr.strip().splitlines() == [
+    assert edge.stderr.strip().splitlines() == [  # one line per row, multi-head asked once
         "error: --best nat_th_fan_in_h48: not bracketed: nat_th_fan_in_h48 (seed 0, 4000 "
         "steps): best 3e-3 (6.2000), runner-up +0.1000 nats; at the grid's high edge: add 1e-2"]
-    longer, lines = study(VARIANTS="mh", STEPS="8000")  # the 4000-step grid picks no rate
-    assert longer.returncode == 1 and lines == []  # for 8000 steps
-    assert "error: --best mh_h48: no such row at seed 0, 8000 steps" in longer.stderr
+    longer, lines = study(VARIANTS="mh,th_identity", STEPS="8000")  # the 4000-step grid
+    assert longer.returncode == 1 and lines == []  # picks no rate for 8000 steps; one line
+    # for multi-head, wanted by its own row and by the insertion
+    assert len(longer.stderr.strip().splitlines()) == 1
+    assert longer.stderr.startswith("error: --best mh_h48: no such row at seed 0, 8000 steps")
     # Multi-head at talking heads' FLOPs: 1.16x the steps at the 4000-step grid's rate,
     # in folders and rows named by the steps (the 4000-step run is not reopened).
     flops, lines = study(VARIANTS="mh", STEPS="4640", BRACKET_STEPS="4000")
