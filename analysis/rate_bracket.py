@@ -242,10 +242,10 @@ def brackets(runs: list[Pretraining], tie_nats: float = DEFAULT_TIE_NATS) -> lis
     return [judge(*key, members, tie_nats) for key, members in sorted(groups.items())]
 
 
-def best_run(found: list[Bracket], row: str, seed: int, steps: int | None = None,
-             tie_nats: float = DEFAULT_TIE_NATS) -> Pretraining:
-    """A row's best run at a seed (and schedule, when given), when bracketed; ValueError
-    saying why there is none."""
+def bracketed(found: list[Bracket], row: str, seed: int, steps: int | None = None,
+              tie_nats: float = DEFAULT_TIE_NATS) -> Bracket:
+    """A row's bracket at a seed (and schedule, when given), when it brackets its best
+    rate (its .best); ValueError saying why not."""
     matches = [b for b in found if b.row == row and b.seed == seed
                and (steps is None or b.steps == steps)]
     at = f"seed {seed}" + ("" if steps is None else f", {steps} steps")
@@ -259,7 +259,7 @@ def best_run(found: list[Bracket], row: str, seed: int, steps: int | None = None
                          + "): give --steps")
     if matches[0].verdict != "bracketed":
         raise ValueError(f"--best {row}: not bracketed: {verdict_line(matches[0], tie_nats)}")
-    return matches[0].best
+    return matches[0]
 
 
 # -- printing --------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from training import results
+from analysis.run_data import open_run_data
 
 _BASE = np.uint64(1_000_003)
 
@@ -62,16 +62,8 @@ def overlap(train_ids: np.ndarray, eval_ids: np.ndarray, n: int, pad: int) -> di
 def run_overlap(workdir: str, sizes: list[int]) -> dict:
     """overlap() of a pretraining workdir's splits (its config.json's data block and
     eval size) for each n in sizes."""
-    from ml_collections import ConfigDict
-
-    from input_pipeline import from_config
-
-    saved = results.read_run_config(workdir)
-    if saved is None:
-        raise ValueError(f"{workdir}: no readable {results.RUN_CONFIG} (not a pretraining run?)")
-    config = ConfigDict(saved)
-    data = from_config(config.data, workdir)
-    num_eval = min(len(data.eval), int(config.eval_batches) * int(config.batch_size))
+    run = open_run_data(workdir)
+    data, num_eval = run.data, run.num_evaluated
     if num_eval == 0:
         raise ValueError(f"{workdir}: the run has no eval split to check")
     train = np.asarray(data.train.input_ids)

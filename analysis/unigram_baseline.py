@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.run_data import open_run_data
 from training import results
 
 
@@ -36,21 +37,13 @@ def scored_tokens(split, num_sequences: int, excluded: list[int]) -> np.ndarray:
 
 
 def baseline(workdir: str) -> dict[str, float]:
-    from ml_collections import ConfigDict
-
-    from input_pipeline import from_config
-
-    saved = results.read_run_config(workdir)
-    if saved is None:
-        raise ValueError(f"{workdir}: no readable {results.RUN_CONFIG} (not a pretraining run?)")
-    config = ConfigDict(saved)
-    data = from_config(config.data, workdir)
+    run = open_run_data(workdir)
+    data, num_sequences = run.data, run.num_evaluated
     special = data.special
     excluded = [special.pad, special.cls, special.sep, special.mask]
     train_tokens = np.asarray(data.train.input_ids, dtype=np.int64)
     log_p = unigram_log_probs(train_tokens[train_tokens != special.pad], data.vocab_size,
                               excluded)
-    num_sequences = min(len(data.eval), int(config.eval_batches) * int(config.batch_size))
     tokens = scored_tokens(data.eval, num_sequences, excluded)
     if tokens.size == 0:
         raise ValueError(f"{workdir}: the eval split has no tokens to score")

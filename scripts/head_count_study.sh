@@ -123,7 +123,7 @@ name_suffixes() {  # name_suffixes RATE: sets PRE_DIR_SUFFIX and ROW_SUFFIX
 }
 # PRE_LR, or with PRE_LR=best each row's bracketed rate in OUT at BRACKET_STEPS (one
 # rate_bracket.py call for every row; it prints "ROW RATE" lines or one error per row).
-declare -A RATE_OF  # HEADS:VARIANT -> pretraining rate
+declare -A RATE_OF  # row (VARIANT_h{HEADS}, rate_bracket.py's name) -> pretraining rate
 resolve_rates() {  # resolve_rates ROW...: fills RATE_OF; exits on a row not bracketed
   local row picks
   if [[ "$PRE_LR" != best ]]; then
@@ -131,14 +131,13 @@ resolve_rates() {  # resolve_rates ROW...: fills RATE_OF; exits on a row not bra
     return
   fi
   local args=()
-  for row in "$@"; do args+=(--best "${row#*:}_h${row%%:*}"); done
+  for row in "$@"; do args+=(--best "$row"); done
   picks=$("$PYTHON" scripts/rate_bracket.py --study "$OUT" --steps "$BRACKET_STEPS" --seed 0 \
       "${args[@]}") || exit 1  # rate_bracket.py said why, one line per row
   for row in "$@"; do
-    RATE_OF[$row]=$(awk -v want="${row#*:}_h${row%%:*}" '$1 == want {print $2; exit}' \
-        <<< "$picks")
+    RATE_OF[$row]=$(awk -v want="$row" '$1 == want {print $2; exit}' <<< "$picks")
     if [[ -z "${RATE_OF[$row]}" ]]; then
-      echo "error: scripts/rate_bracket.py gave no rate for ${row#*:}_h${row%%:*}" >&2
+      echo "error: scripts/rate_bracket.py gave no rate for $row" >&2
       exit 1
     fi
   done
@@ -192,9 +191,9 @@ TREND=()
 WANTED=()
 for heads in ${HEADS//,/ }; do
   for name in ${NEEDS_MH_PRETRAINING:+mh} ${VARIANTS//,/ }; do
-    if [[ ( -n "${NATIVE[$name]+x}" || "$name" == mh ) && " ${WANTED[*]} " != *" $heads:$name "* ]]
-    then
-      WANTED+=("$heads:$name")  # once each: multi-head is wanted by mh and by insertions
+    row="${name}_h$heads"
+    if [[ ( -n "${NATIVE[$name]+x}" || "$name" == mh ) && " ${WANTED[*]} " != *" $row "* ]]; then
+      WANTED+=("$row")  # once each: multi-head is wanted by mh and by insertions
     fi
   done
 done
@@ -204,14 +203,14 @@ for heads in ${HEADS//,/ }; do
   # variant whose pretraining diverged has none
   mh_diverged=""
   if [[ -n "$NEEDS_MH_PRETRAINING" ]]; then
-    mh_rate=${RATE_OF[$heads:mh]}
+    mh_rate=${RATE_OF[mh_h$heads]}
     name_suffixes "$mh_rate"
     mh_pretraining="$OUT/pretrain_h$heads$PRE_DIR_SUFFIX" mh_suffix="$ROW_SUFFIX"
     if ! pretrain "$mh_pretraining" "heads=$heads" "$mh_rate"; then mh_diverged=1; fi
   fi
   for name in ${VARIANTS//,/ }; do
     if [[ -n "${NATIVE[$name]+x}" ]]; then
-      rate=${RATE_OF[$heads:$name]}
+      rate=${RATE_OF[${name}_h$heads]}
       name_suffixes "$rate"
       source_dir="$OUT/pretrain_h${heads}_$name$PRE_DIR_SUFFIX" flags=""
       if ! pretrain "$source_dir" "heads=$heads,${NATIVE[$name]}" "$rate"; then continue; fi

@@ -26,7 +26,7 @@ from absl import app, flags
 
 from analysis.rate_bracket import (
     DEFAULT_TIE_NATS,
-    best_run,
+    bracketed,
     brackets,
     find_pretrainings,
     markdown,
@@ -57,16 +57,15 @@ def print_best(found, rows: list[str]) -> int:
     picks, errors = [], []
     for row in rows:
         try:
-            best = best_run(found, row, FLAGS.seed, FLAGS.steps, FLAGS.tie)
+            bracket = bracketed(found, row, FLAGS.seed, FLAGS.steps, FLAGS.tie)
         except ValueError as e:
             errors.append(f"error: {e}")
             continue
-        bracket = next(b for b in found if b.best is best)
         if bracket.tie:
             print(f"warning: {row}: the runner-up is {bracket.runner_up_gap:.4f} nats "
                   f"behind (under the tie margin {FLAGS.tie:g}): the pick is a near tie",
                   file=sys.stderr)
-        picks.append(f"{row} {rate_spelling(best)}")
+        picks.append(f"{row} {rate_spelling(bracket.best)}")
     if errors:
         print("\n".join(errors), file=sys.stderr)
         return 1

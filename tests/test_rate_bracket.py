@@ -12,7 +12,7 @@ from helpers import run_script, write_pretraining
 
 from analysis.rate_bracket import (
     Pretraining,
-    best_run,
+    bracketed,
     brackets,
     find_pretrainings,
     half_decade_neighbour,
@@ -81,19 +81,19 @@ def test_verdicts_bracketed_at_each_edge_a_tie_and_a_run_still_going(tmp_path):
     assert "so far (1 of 2 rates finished)" in stdout
 
     found = brackets(find_pretrainings(str(study)))
-    assert best_run(found, "mh_h48", 0).learning_rate == 1e-3  # --best's command line:
+    assert bracketed(found, "mh_h48", 0).best.learning_rate == 1e-3  # --best's command line:
     # tests/test_study_scripts.py (head_count_study.sh's PRE_LR=best)
     with pytest.raises(ValueError, match=r"no such row at seed 0 \(rows at seed 0: mh_h48 "
                                          r"\(100 steps\), nat_th_fan_in_h48 \(100 steps\), "
                                          r"nat_th_identity_h48 \(100 steps\)\)"):
-        best_run(found, "mh_h96", 0)
+        bracketed(found, "mh_h96", 0)
     with pytest.raises(ValueError, match=r"--best mh_h48: no such row at seed 0, 4000 steps"):
-        best_run(found, "mh_h48", 0, steps=4000)  # another schedule's pick is not this one's
+        bracketed(found, "mh_h48", 0, steps=4000)  # another schedule's pick is not this one's
     with pytest.raises(ValueError, match=r"--best mh_h48: not bracketed: .*so far"):
-        best_run(found, "mh_h48", 1)
+        bracketed(found, "mh_h48", 1)
     with pytest.raises(ValueError, match=r"--best nat_th_identity_h48: not bracketed: "
                                          r"nat_th_identity_h48 \(seed 0, 100 steps\)"):
-        best_run(found, "nat_th_identity_h48", 0)
+        bracketed(found, "nat_th_identity_h48", 0)
 
 
 def test_the_rate_is_the_configs_and_a_schedule_is_a_row_of_its_own(tmp_path):
@@ -121,7 +121,7 @@ def test_the_rate_is_the_configs_and_a_schedule_is_a_row_of_its_own(tmp_path):
     found = brackets(find_pretrainings(str(other)))
     with pytest.raises(ValueError, match=r"seed 0 has 2 schedules \(100 steps, 400 steps\): "
                                          r"give --steps"):
-        best_run(found, "mh_h8", 0)
+        bracketed(found, "mh_h8", 0)
 
 
 def test_bad_input_is_one_error_line_naming_the_file(tmp_path):
