@@ -15,7 +15,9 @@ stopped at a non-finite step (diverged.json, train.py's nonfinite=error) is fini
 and the worst. The pick is trusted ("bracketed") only when every rate of the row has
 finished and a lower and a higher rate both ended strictly worse: a best rate at the
 grid's edge may be beaten outside it, and the next rate to add is the next point of
-the half-decade grid (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, ...) beyond that edge.
+the half-decade grid (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, ...) beyond that edge. A finished
+run's top-1 on the masked predictions (final_metrics.json's eval_accuracy) is printed
+beside its loss, to read, not to pick by.
 
 One pretraining seed per rate picks the rate by a point estimate: the pick says which
 loss was lowest, not that the next one is reliably worse. The runner-up's gap is
@@ -58,6 +60,8 @@ class Pretraining:
     eval_loss: float | None  # final when finished, else the newest logged; None if none
     # or diverged
     diverged_at: int | None = None  # the first non-finite step (diverged.json)
+    eval_accuracy: float | None = None  # final top-1 of the masked predictions, when the
+    # run finished and recorded it
 
     @property
     def diverged(self) -> bool:
@@ -163,7 +167,9 @@ def read_pretraining(workdir: str) -> Pretraining:
             raise ValueError(f"{workdir}: {results.FINAL_METRICS} has no eval_loss (a run "
                              f"without an eval split cannot pick a rate)")
         loss = None if final["eval_loss"] is None else float(final["eval_loss"])
-        return Pretraining(workdir, row, rate, seed, steps, True, steps, loss)
+        accuracy = final.get("eval_accuracy")
+        return Pretraining(workdir, row, rate, seed, steps, True, steps, loss,
+                           eval_accuracy=None if accuracy is None else float(accuracy))
     try:
         diverged = results.Diverged.read(workdir)
     except results.ResultsError as e:
@@ -292,8 +298,8 @@ def verdict_line(bracket: Bracket, tie_nats: float = DEFAULT_TIE_NATS) -> str:
 
 
 def markdown(found: list[Bracket], tie_nats: float = DEFAULT_TIE_NATS) -> str:
-    lines = ["| row | seed | steps | rate | state | eval loss | vs best (nats) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| row | seed | steps | rate | state | eval loss | vs best (nats) | top-1 |",
+             "|---|---|---|---|---|---|---|---|"]
     for bracket in found:
         best = bracket.best
         for run in bracket.runs:
@@ -307,8 +313,9 @@ def markdown(found: list[Bracket], tie_nats: float = DEFAULT_TIE_NATS) -> str:
                 delta = "-"
             loss = _loss(run) if run.finished else (
                 "-" if run.eval_loss is None else f"({run.eval_loss:.4f} so far)")
+            top1 = "-" if run.eval_accuracy is None else f"{100 * run.eval_accuracy:.1f}%"
             lines.append(f"| {bracket.row} | {bracket.seed} | {bracket.steps} | "
-                         f"{_rate(run.learning_rate)} | {state} | {loss} | {delta} |")
+                         f"{_rate(run.learning_rate)} | {state} | {loss} | {delta} | {top1} |")
     lines.append("")
     lines += [f"- {verdict_line(bracket, tie_nats)}" for bracket in found]
     return "\n".join(lines) + "\n"

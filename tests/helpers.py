@@ -229,11 +229,13 @@ def final_params(workdir: str):
 
 def write_pretraining(study, name: str, rate: float, loss: float | None = None,
                       steps: int = 100, seed: int = 0, at_step: int | None = None,
-                      logged: dict[int, float] | None = None) -> str:
+                      logged: dict[int, float] | None = None,
+                      accuracy: float | None = None) -> str:
     """STUDY/NAME as train.py leaves it (configs/pretrain.py's config, the project's own
-    record writers): finished with eval loss `loss`; loss=None: stopped at a non-finite
-    step 60 with checkpoint 50 (diverged.json); with at_step, still running with a
-    checkpoint there and `logged` eval losses in its TensorBoard events."""
+    record writers): finished with eval loss `loss` (and top-1 `accuracy`); loss=None:
+    stopped at a non-finite step 60 with checkpoint 50 (diverged.json); with at_step,
+    still running with a checkpoint there and `logged` eval losses in its TensorBoard
+    events."""
     workdir = os.path.join(study, name)
     config = tiny_run_config("corpus.txt", "cache", steps=steps,
                              **{"optimizer.learning_rate": rate, "seed": seed})
@@ -247,8 +249,10 @@ def write_pretraining(study, name: str, rate: float, loss: float | None = None,
         results.Diverged(step=60, seen_at=60).write(workdir)
     else:
         checkpoint = steps
-        results.FinalMetrics(step=steps, train_loss=6.0, eval={"eval_loss": loss}
-                             ).write(workdir)
+        evaluated = {"eval_loss": loss}
+        if accuracy is not None:
+            evaluated["eval_accuracy"] = accuracy
+        results.FinalMetrics(step=steps, train_loss=6.0, eval=evaluated).write(workdir)
     os.makedirs(os.path.join(workdir, results.CHECKPOINTS, str(checkpoint)))
     if logged:
         writer = MetricWriter(workdir, enabled=True)

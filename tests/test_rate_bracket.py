@@ -35,7 +35,7 @@ def test_verdicts_bracketed_at_each_edge_a_tie_and_a_run_still_going(tmp_path):
     study = tmp_path / "study"
     # multi-head at 48 heads: 1e-3 best, both neighbours worse -> bracketed
     write_pretraining(study, "pretrain_h48_lr3e-4", 3e-4, 6.10)
-    write_pretraining(study, "pretrain_h48", 1e-3, 6.00)
+    write_pretraining(study, "pretrain_h48", 1e-3, 6.00, accuracy=0.1234)
     write_pretraining(study, "pretrain_h48_lr3e-3", 3e-3, 6.05)
     # identity init: the highest rate best -> add 1e-2; runner-up 0.01 away -> a tie
     write_pretraining(study, "pretrain_h48_nat_th_identity_lr3e-4", 3e-4, 6.20)
@@ -54,6 +54,7 @@ def test_verdicts_bracketed_at_each_edge_a_tie_and_a_run_still_going(tmp_path):
     mh = rows[("mh_h48", 0, 100)]
     assert (mh["verdict"], mh["best_rate"], mh["next_rate"]) == ("bracketed", 1e-3, None)
     assert mh["runner_up_gap"] == pytest.approx(0.05) and not mh["tie"]
+    assert [run["eval_accuracy"] for run in mh["runs"]] == [None, 0.1234, None]
     identity = rows[("nat_th_identity_h48", 0, 100)]
     assert (identity["verdict"], identity["best_rate"], identity["next_rate"]) == (
         "above_grid", 3e-3, 1e-2)
@@ -75,9 +76,10 @@ def test_verdicts_bracketed_at_each_edge_a_tie_and_a_run_still_going(tmp_path):
     assert "runner-up +0.0100 nats (a tie: under 0.02); at the grid's high edge: add 1e-2" \
         in stdout
     assert "at the grid's low edge: add 1e-4" in stdout
-    assert ("| nat_th_fan_in_h48 | 0 | 100 | 3e-3 | diverged | diverged at step 60 | - |"
+    assert "| mh_h48 | 0 | 100 | 1e-3 | finished | 6.0000 | best | 12.3% |" in stdout
+    assert ("| nat_th_fan_in_h48 | 0 | 100 | 3e-3 | diverged | diverged at step 60 | - | - |"
             in stdout)
-    assert "| mh_h48 | 1 | 100 | 3e-4 | at step 50 | (6.5000 so far) | - |" in stdout
+    assert "| mh_h48 | 1 | 100 | 3e-4 | at step 50 | (6.5000 so far) | - | - |" in stdout
     assert "so far (1 of 2 rates finished)" in stdout
 
     found = brackets(find_pretrainings(str(study)))
