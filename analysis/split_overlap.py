@@ -52,7 +52,8 @@ def overlap(train_ids: np.ndarray, eval_ids: np.ndarray, n: int, pad: int) -> di
         raise ValueError(f"the eval sequences hold no {n}-gram without padding")
     train_hashes, train_valid = ngram_hashes(train_ids, n, pad)
     seen = np.isin(eval_hashes, np.unique(train_hashes[train_valid])) & eval_valid
-    per_sequence = seen.sum(1)[eval_valid.any(1)] / eval_valid.sum(1)[eval_valid.any(1)]
+    with_ngrams = eval_valid.any(1)  # a sequence too padded to hold one has no share
+    per_sequence = seen.sum(1)[with_ngrams] / eval_valid.sum(1)[with_ngrams]
     return {"n": n, "eval_ngrams": counted, "seen_in_train": float(seen.sum() / counted),
             "sequences": int(per_sequence.size),
             "sequences_over_half_seen": float(np.mean(per_sequence > 0.5)),

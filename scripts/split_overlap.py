@@ -10,7 +10,6 @@ falling eval loss could be memorised text. What and how: analysis/split_overlap.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -48,8 +47,7 @@ def main(argv: list[str]) -> None:
               f"sequences are over half such n-grams, "
               f"{100 * row['sequences_over_90pct_seen']:.2f}% over 90%")
     if FLAGS.json:
-        write_json_atomic(os.path.abspath(FLAGS.json),
-                          json.loads(json.dumps({FLAGS.workdir: report})))
+        write_json_atomic(os.path.abspath(FLAGS.json), {FLAGS.workdir: report})
 
 
 if __name__ == "__main__":
