@@ -25,6 +25,11 @@ printed beside the pick, and a gap under the tie margin (default 0.02 nats: twic
 seed-to-seed standard deviation of the eval loss measured at five pretraining seeds in
 docs/RESULTS.md part 2, 0.007-0.015) is flagged as a tie.
 
+A study's workdirs may be gone (a fresh clone, another machine) while its results file
+is committed: the finished runs that file records stand in for the workdirs this study
+lacks (with_landed), marked "landed"; a rerun that finishes replaces its landed run, and
+one that ended more than REPEAT_NATS apart from it is reported.
+
 Rates are printed in the spelling the study scripts name folders by (3e-4, 1e-2; 1e-3
 is their default, a folder without an _lr part), so a printed rate given back as
 PRE_LR finds or makes the folder a rerun will find again.
@@ -33,6 +38,7 @@ PRE_LR finds or makes the folder a rerun will find again.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -42,6 +48,7 @@ from training import results
 
 WORKDIR_PREFIX = "pretrain_"
 DEFAULT_TIE_NATS = 0.02
+REPEAT_NATS = 1e-4  # a rerun's final loss this far from the landed one's is reported
 _SUFFIXES = re.compile(r"_lr[^_]+|_seed\d+|_steps\d+")
 _HEAD_COUNT_STUDY = re.compile(r"h(\d+)(?:_(.+))?")
 
@@ -62,6 +69,8 @@ class Pretraining:
     diverged_at: int | None = None  # the first non-finite step (diverged.json)
     eval_accuracy: float | None = None  # final top-1 of the masked predictions, when the
     # run finished and recorded it
+    landed_in: str | None = None  # the results file this finished run was read from (a
+    # rate_bracket.py --json), standing in for a workdir this study lacks
 
     @property
     def diverged(self) -> bool:
@@ -185,11 +194,15 @@ def read_pretraining(workdir: str) -> Pretraining:
                        latest)
 
 
-def find_pretrainings(study: str, rows: list[str] | None = None) -> list[Pretraining]:
+def find_pretrainings(study: str, rows: list[str] | None = None,
+                      required: bool = True) -> list[Pretraining]:
     """Every STUDY/pretrain_* workdir that has a config.json (a run that never started
     has none and is skipped); with rows, only theirs are read (another row's damaged
-    workdir does not stop a question about these)."""
+    workdir does not stop a question about these). required=False: a study not made yet
+    has no runs (landed ones stand in for it), not an error."""
     if not os.path.isdir(study):
+        if not required:
+            return []
         raise ValueError(f"{study}: no such study directory")
     runs = []
     for name in sorted(os.listdir(study)):
@@ -198,10 +211,61 @@ def find_pretrainings(study: str, rows: list[str] | None = None) -> list[Pretrai
                 and os.path.exists(os.path.join(workdir, results.RUN_CONFIG))
                 and (rows is None or row_name(workdir) in rows)):
             runs.append(read_pretraining(workdir))
-    if not runs and rows is None:
+    if not runs and rows is None and required:
         raise ValueError(f"{study}: no pretraining workdirs ({WORKDIR_PREFIX}*/"
                          f"{results.RUN_CONFIG})")
     return runs
+
+
+# -- what landed before ---------------------------------------------------------------------
+# The workdirs of a long study may not outlive the machine they ran on, while its results
+# file (--json) is committed: a later landing, or a pick for a second seed, reads the
+# finished runs the file records where the study no longer has them.
+def landed_pretrainings(path: str, rows: list[str] | None = None) -> list[Pretraining]:
+    """The finished runs a rate_bracket.py results file records (with rows, only theirs),
+    each marked as read from it; a run still going when the file was written is left out
+    (its workdir held the only truth about it). ValueError naming the file when it is
+    missing or not such a file."""
+    if not os.path.exists(path):
+        raise ValueError(f"{path}: no such file")
+    try:
+        with open(path) as f:
+            recorded = [run for row in json.load(f)["rows"] for run in row["runs"]]
+        landed = [Pretraining(**dict(run, landed_in=path)) for run in recorded
+                  if run["finished"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path}: not a results file of scripts/rate_bracket.py "
+                         f"({type(e).__name__}: {e})") from None
+    return [run for run in landed if rows is None or run.row in rows]
+
+
+def _grid_point(run: Pretraining) -> tuple[str, int, int, float]:
+    return run.row, run.seed, run.steps, run.learning_rate
+
+
+def with_landed(runs: list[Pretraining], landed: list[Pretraining]
+                ) -> tuple[list[Pretraining], list[str]]:
+    """This study's runs, plus each landed run at a grid point (row, seed, schedule, rate)
+    where the study has none or only an unfinished one (a rerun still going); a rerun
+    that finished wins. The second value: a line per finished rerun whose final loss is
+    more than REPEAT_NATS from the landed one's (the same config and seed are expected to
+    repeat it)."""
+    kept = {_grid_point(old): old for old in landed}  # a later file's run wins
+    differ = []
+    for new in runs:
+        old = kept.get(_grid_point(new))
+        if old is None or not new.finished:
+            continue
+        del kept[_grid_point(new)]
+        if (new.eval_loss is None) != (old.eval_loss is None) or (
+                new.eval_loss is not None and abs(new.eval_loss - old.eval_loss) > REPEAT_NATS):
+            differ.append(f"{old.row} (seed {old.seed}, {old.steps} steps) at "
+                          f"{short_rate(old.learning_rate)}: {new.workdir} ended at "
+                          f"{_loss(new)}, the landed run at {_loss(old)} ({old.landed_in})")
+    # An unfinished rerun gives way to the finished run it repeats; two workdirs of one
+    # grid point are still judge()'s error.
+    here = [run for run in runs if run.finished or _grid_point(run) not in kept]
+    return here + list(kept.values()), differ
 
 
 # -- verdicts --------------------------------------------------------------------------------
@@ -297,14 +361,15 @@ def verdict_line(bracket: Bracket, tie_nats: float = DEFAULT_TIE_NATS) -> str:
     return f"{head}: {pick}; {say}"
 
 
-def markdown(found: list[Bracket], tie_nats: float = DEFAULT_TIE_NATS) -> str:
+def markdown(found: list[Bracket], tie_nats: float = DEFAULT_TIE_NATS,
+             reruns_differ: list[str] = ()) -> str:
     lines = ["| row | seed | steps | rate | state | eval loss | vs best (nats) | top-1 |",
              "|---|---|---|---|---|---|---|---|"]
     for bracket in found:
         best = bracket.best
         for run in bracket.runs:
             state = ("diverged" if run.diverged else "finished" if run.finished
-                     else f"at step {run.last_step}")
+                     else f"at step {run.last_step}") + (" (landed)" if run.landed_in else "")
             if run is best:
                 delta = "best"
             elif run.finished and run.eval_loss is not None and best.eval_loss is not None:
@@ -318,4 +383,5 @@ def markdown(found: list[Bracket], tie_nats: float = DEFAULT_TIE_NATS) -> str:
                          f"{_rate(run.learning_rate)} | {state} | {loss} | {delta} | {top1} |")
     lines.append("")
     lines += [f"- {verdict_line(bracket, tie_nats)}" for bracket in found]
+    lines += [f"- rerun differs: {line}" for line in reruns_differ]
     return "\n".join(lines) + "\n"

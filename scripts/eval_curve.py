@@ -7,16 +7,20 @@ Prints, per workdir, the tag's value at each logged step in [from_step, to_step]
 change from the first of those steps to the last: e.g. whether a run was still improving
 when its learning rate reached 0. A resumed run's later value for a step wins (as in
 the tables' curves). A workdir without that tag is an error naming both.
+
+Landing again into an existing --json of the same tag keeps a named workdir's landed
+curve where this machine has no such workdir (a fresh clone) or its run has not yet
+reached the curve's last step (a rerun still going); a rerun that reaches it replaces it
+(analysis/eval_curve.py).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app, flags
 
-from analysis.runs import scalar_curve
+from analysis.eval_curve import curves, landed_curves
 from common.files import write_json_atomic
 
 FLAGS = flags.FLAGS
@@ -32,37 +36,16 @@ def define_flags() -> None:
     flags.DEFINE_string("json", None, "also write the numbers here")
 
 
-def window(workdir: str, tag: str, from_step: int, to_step: int | None) -> dict:
-    """{"values": {step: value}, "change": last - first} of tag within the steps."""
-    if not os.path.isdir(workdir):
-        raise ValueError(f"{workdir}: no such workdir")
-    curve = scalar_curve(workdir, tag)
-    if not curve:
-        raise ValueError(f"{workdir}: no TensorBoard scalar {tag!r} in its events")
-    kept = {step: value for step, value in sorted(curve.items())
-            if step >= from_step and (to_step is None or step <= to_step)}
-    if not kept:
-        raise ValueError(f"{workdir}: {tag!r} has no logged step in [{from_step}, "
-                         f"{to_step if to_step is not None else 'end'}]")
-    steps = list(kept)
-    return {"values": {str(s): kept[s] for s in steps},
-            "change": kept[steps[-1]] - kept[steps[0]],
-            "from": steps[0], "to": steps[-1]}
-
-
 def main(argv: list[str]) -> None:
     del argv
     if not FLAGS.workdir:
         sys.exit("error: give --workdir PRETRAIN_WORKDIR (repeatable)")
-    report = {"tag": FLAGS.tag, "runs": {}}
-    for workdir in FLAGS.workdir:
-        try:
-            report["runs"][workdir] = numbers = window(
-                workdir, FLAGS.tag, FLAGS.from_step, FLAGS.to_step)
-        except ValueError as e:
-            sys.exit(f"error: {e}")
-        print(f"{workdir}: {FLAGS.tag} {numbers['change']:+.4f} from step {numbers['from']} "
-              f"to {numbers['to']} ({len(numbers['values'])} logged steps)")
+    try:
+        report, lines = curves(FLAGS.workdir, FLAGS.tag, FLAGS.from_step, FLAGS.to_step,
+                               landed_curves(FLAGS.json, FLAGS.tag))
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    print("\n".join(lines))
     if FLAGS.json:
         write_json_atomic(FLAGS.json, report)
         print(f"wrote {FLAGS.json}")

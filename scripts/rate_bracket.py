@@ -8,11 +8,17 @@
       --best mh_h48 --best nat_th_identity_h48
       # prints "ROW RATE" per row, the rate spelled as its folder spells it (3e-4); an
       # error line per row whose grid does not bracket its best rate, and exit 1
+  python scripts/rate_bracket.py --study runs/native_heads --best mh_h48 \
+      --landed docs/results/native_heads/rate_bracket.json
+      # the same from a clone without the grid's workdirs: the landed runs stand in
 
 Reads every STUDY/pretrain_* workdir (finished, diverged or still running; with --best
 only those rows') and prints, per row at one pretraining seed and schedule, the lowest
 final eval loss, the runner-up's gap, and whether a lower and a higher rate both ended
 worse; at an edge, the next rate to add. What a row is, and how: analysis/rate_bracket.py.
+Landing into an existing --json keeps the finished runs it records that the study no
+longer has (or has only as a rerun still going), so a landing from a fresh clone loses
+nothing; --landed FILE reads another such file the same way (for --best, too).
 """
 
 from __future__ import annotations
@@ -29,8 +35,10 @@ from analysis.rate_bracket import (
     bracketed,
     brackets,
     find_pretrainings,
+    landed_pretrainings,
     markdown,
     rate_spelling,
+    with_landed,
 )
 from common.files import write_json_atomic, write_text_atomic
 
@@ -49,6 +57,9 @@ def define_flags() -> None:
     flags.DEFINE_integer("seed", 0, "the pretraining seed --best reads")
     flags.DEFINE_integer("steps", None, "the schedule --best reads (needed when a row has "
                          "several at that seed)")
+    flags.DEFINE_multi_string("landed", [], "a results file of this script (--json) whose "
+                              "finished runs count where the study has no finished workdir "
+                              "for them (repeatable; an existing --json is read so too)")
 
 
 def print_best(found, rows: list[str]) -> int:
@@ -78,18 +89,28 @@ def main(argv: list[str]) -> None:
     logging.getLogger("tensorboard").setLevel(logging.WARNING)  # event-file chatter
     if not FLAGS.study:
         sys.exit("error: give --study OUT (a directory of pretrain_* workdirs)")
+    landed_files = list(FLAGS.landed)
+    if FLAGS.json and os.path.exists(FLAGS.json) and not FLAGS.best:
+        landed_files.append(os.path.abspath(FLAGS.json))  # landing again loses nothing
+    rows = FLAGS.best or None
     try:
-        found = brackets(find_pretrainings(FLAGS.study, FLAGS.best or None), FLAGS.tie)
+        landed = [run for path in landed_files for run in landed_pretrainings(path, rows)]
+        runs, reruns_differ = with_landed(
+            find_pretrainings(FLAGS.study, rows, required=not landed), landed)
+        found = brackets(runs, FLAGS.tie)
     except ValueError as e:
         sys.exit(f"error: {e}")
+    for line in reruns_differ:
+        print(f"warning: rerun differs: {line}", file=sys.stderr)
     if FLAGS.best:
         sys.exit(print_best(found, FLAGS.best))
-    table = markdown(found, FLAGS.tie)
+    table = markdown(found, FLAGS.tie, reruns_differ)
     print(table, end="")
     if FLAGS.json:
         write_json_atomic(os.path.abspath(FLAGS.json), json.loads(json.dumps(
             {"study": FLAGS.study, "tie_nats": FLAGS.tie,
-             "rows": [bracket.to_json() for bracket in found]})))
+             "rows": [bracket.to_json() for bracket in found],
+             "reruns_differ": reruns_differ})))
     if FLAGS.md:
         write_text_atomic(os.path.abspath(FLAGS.md), table)
 

@@ -4,11 +4,14 @@ the values the project's own writer put there (a resumed run's rewrite of a step
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 import pytest
 from helpers import run_script
 
+from analysis.eval_curve import curves, landed_curves
+from common.files import write_json_atomic
 from training.metrics import MetricWriter
 
 
@@ -42,13 +45,48 @@ def test_window_and_change_match_what_was_logged_and_a_resume_rewrite_wins(tmp_p
 def test_a_missing_tag_or_workdir_is_one_error_line_naming_it(tmp_path):
     run = tmp_path / "run"
     write_curve(str(run), {10: 1.0}, tag="eval_loss")
+    with pytest.raises(ValueError, match=f"^{run}: no TensorBoard scalar 'eval_accuracy' in "
+                                         f"its events$"):
+        curves([str(run)], "eval_accuracy")
     out = tmp_path / "curve.json"
-    missing_tag = run_script("eval_curve.py", [f"--workdir={run}", "--tag=eval_accuracy",
+    missing_dir = run_script("eval_curve.py", [f"--workdir={tmp_path / 'nope'}",
                                                f"--json={out}"])
-    assert missing_tag.returncode != 0
-    assert missing_tag.stderr.strip().splitlines()[-1] == (
-        f"error: {run}: no TensorBoard scalar 'eval_accuracy' in its events")
-    missing_dir = run_script("eval_curve.py", [f"--workdir={tmp_path / 'nope'}"])
     assert missing_dir.returncode != 0
-    assert "nope: no such workdir" in missing_dir.stderr
+    assert missing_dir.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path / 'nope'}: no such workdir")
     assert not out.exists()
+
+
+def test_a_landed_curve_stays_when_its_workdir_is_gone_or_behind(tmp_path):
+    """Landing again into the same --json (a fresh clone, a lost disk, a rerun still going)
+    keeps a named workdir's landed curve when that workdir is not here or has not reached
+    the curve's last step; a rerun that reaches it replaces the curve."""
+    run, out = str(tmp_path / "run"), str(tmp_path / "curve.json")
+
+    def land() -> list[str]:
+        report, lines = curves([run], "eval_loss", landed=landed_curves(out, "eval_loss"))
+        write_json_atomic(out, report)
+        return lines
+
+    write_curve(run, {500: 6.2, 1000: 6.0}, tag="eval_loss")
+    land()
+    shutil.rmtree(run)
+    assert land() == [f"{run}: no such workdir here; kept its landed curve (to step 1000)"]
+    with open(out) as f:
+        assert json.load(f)["runs"][run]["values"] == pytest.approx({"500": 6.2, "1000": 6.0})
+
+    write_curve(run, {500: 6.3}, tag="eval_loss")  # a rerun at step 500
+    assert land() == [f"{run}: at step 500 here; kept its landed curve (to step 1000)"]
+    time.sleep(1.1)  # a new event file (its name carries the second it opened)
+    write_curve(run, {1000: 5.9, 1500: 5.8}, tag="eval_loss")
+    assert land() == [f"{run}: eval_loss -0.5000 from step 500 to 1500 (3 logged steps)"]
+    with open(out) as f:
+        assert json.load(f)["runs"][run]["values"] == pytest.approx(
+            {"500": 6.3, "1000": 5.9, "1500": 5.8})
+    # Another tag's file holds no landed curve of this one.
+    assert landed_curves(out, "eval_accuracy") == {}
+    with open(out, "w") as f:
+        f.write("{")
+    with pytest.raises(ValueError, match=f"^{out}: not a results file of "
+                                         f"scripts/eval_curve.py"):
+        landed_curves(out, "eval_loss")

@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 from helpers import run_script, write_pretraining
 
 from analysis.rate_bracket import (
+    REPEAT_NATS,
     Pretraining,
     bracketed,
     brackets,
     find_pretrainings,
     half_decade_neighbour,
+    landed_pretrainings,
+    markdown,
     rate_spelling,
     row_name,
+    with_landed,
 )
 from training import results
 
@@ -206,3 +211,71 @@ def test_best_prints_every_rows_pick_warns_of_a_tie_and_needs_strictly_worse_end
     assert both.stderr.strip().splitlines()[-1] == (
         "error: --best mh_h96: not bracketed: mh_h96 (seed 0, 100 steps): best 1e-3 (6.1000), "
         "runner-up +0.0000 nats (a tie: under 0.02); at the grid's high edge: add 1e-2")
+
+
+def test_landing_again_keeps_what_landed_when_a_workdir_is_gone(tmp_path):
+    """A fresh clone (or a lost disk) has the landed results file but not the workdirs
+    behind it. Landing again into that file keeps every finished run it records that this
+    study lacks, or has only as a rerun still going; a run that was still going when it
+    landed is not kept (its workdir was the only truth about it). --best reads a landed
+    file given as --landed, so a second seed needs no rerun of the whole grid. A rerun
+    that finishes replaces the landed run, and a warning says when the two ended apart."""
+    study = tmp_path / "study"
+    for rate, loss in ((3e-4, 6.10), (1e-3, 6.00), (3e-3, 6.05)):
+        write_pretraining(study, f"pretrain_h48_lr{rate:.0e}".replace("e-0", "e-"), rate, loss)
+    write_pretraining(study, "pretrain_h48_seed1", 1e-3, seed=1, at_step=50, logged={50: 6.5})
+    os.rename(study / "pretrain_h48_lr1e-3", study / "pretrain_h48")
+    rows, _ = bracket(tmp_path)
+    assert rows[("mh_h48", 0, 100)]["verdict"] == "bracketed"
+
+    # The clone: the grid is gone; a new row finished, the 1e-3 run is rerunning.
+    shutil.rmtree(study)
+    write_pretraining(study, "pretrain_h48_nat_th_fan_in_lr3e-4", 3e-4, 6.2)
+    write_pretraining(study, "pretrain_h48", 1e-3, at_step=50, logged={50: 6.7})
+    landed = tmp_path / "bracket.json"
+    rows, stdout = bracket(tmp_path)
+    mh = rows[("mh_h48", 0, 100)]
+    assert (mh["verdict"], mh["best_rate"], mh["best_eval_loss"]) == ("bracketed", 1e-3, 6.0)
+    assert [run["landed_in"] for run in mh["runs"]] == [os.path.abspath(landed)] * 3
+    assert ("mh_h48", 1, 100) not in rows  # was at step 50: nothing of it is kept
+    assert rows[("nat_th_fan_in_h48", 0, 100)]["runs"][0]["landed_in"] is None
+    assert "| mh_h48 | 0 | 100 | 1e-3 | finished (landed) | 6.0000 | best | - |" in stdout
+
+    found = brackets(find_pretrainings(str(study), ["mh_h48"]))
+    with pytest.raises(ValueError, match="not bracketed"):  # the study alone: one rerun
+        bracketed(found, "mh_h48", 0)
+    best = bracketed(brackets(with_landed(
+        find_pretrainings(str(study), ["mh_h48"]),
+        landed_pretrainings(str(landed), ["mh_h48"]))[0]), "mh_h48", 0).best
+    assert (best.learning_rate, best.landed_in) == (1e-3, str(landed))
+    fresh = run_script("rate_bracket.py", [f"--study={tmp_path / 'not_made_yet'}",
+                                           "--best=mh_h48", f"--landed={landed}"])
+    assert (fresh.returncode, fresh.stdout) == (0, "mh_h48 1e-3\n"), fresh.stderr
+
+    # The rerun finishes, 0.01 nats away from what landed: it wins, and says so.
+    shutil.rmtree(study / "pretrain_h48")
+    write_pretraining(study, "pretrain_h48", 1e-3, 6.01)
+    runs, differ = with_landed(find_pretrainings(str(study)),
+                               landed_pretrainings(str(landed)))
+    mh = bracketed(brackets(runs), "mh_h48", 0)
+    assert mh.best.eval_loss == 6.01 and mh.best.landed_in is None
+    assert differ == [f"mh_h48 (seed 0, 100 steps) at 1e-3: {study}/pretrain_h48 ended at "
+                      f"6.0100, the landed run at 6.0000 ({landed})"]
+    assert f"- rerun differs: {differ[0]}" in markdown(brackets(runs), reruns_differ=differ)
+    write_pretraining(study, "pretrain_h48_lr3e-3", 3e-3, 6.05 + 0.5 * REPEAT_NATS)
+    assert with_landed(find_pretrainings(str(study)), landed_pretrainings(str(landed)))[1] \
+        == differ  # within REPEAT_NATS: the same result
+
+
+def test_a_damaged_landed_file_is_one_error_naming_it(tmp_path):
+    damaged = tmp_path / "landed.json"
+    damaged.write_text('{"rows": [{"runs": [{"row": "mh_h8", "finished": true}]}]}')
+    with pytest.raises(ValueError, match=f"^{damaged}: not a results file of "
+                                         r"scripts/rate_bracket.py \(TypeError: "):
+        landed_pretrainings(str(damaged))
+    damaged.write_text("{")
+    with pytest.raises(ValueError, match=f"^{damaged}: not a results file of "
+                                         r"scripts/rate_bracket.py \(JSONDecodeError: "):
+        landed_pretrainings(str(damaged))
+    with pytest.raises(ValueError, match=f"^{tmp_path / 'nope.json'}: no such file$"):
+        landed_pretrainings(str(tmp_path / "nope.json"))
