@@ -42,6 +42,12 @@
 #       HEADS=48 VARIANTS=mh,nat_th_identity bash scripts/head_count_study.sh runs/x; done
 #   INIT=pretrained STEPS=4000 PRE_LR=best PRE_SEED=1 HEADS=48 ... # a second seed, then
 #   INIT=pretrained STEPS=4000 PRE_LR=best SEEDS=10 HEADS=48 ...   # fine-tune and compare
+# LANDED_BRACKET (comma-separated) names results files of rate_bracket.py (--json) whose
+# finished runs stand in for grid workdirs OUT lacks, e.g. on a fresh clone (runs/ is not
+# committed) a second seed at the landed grid's rates, without rerunning the grid:
+#   LANDED_BRACKET=docs/results/native_heads/rate_bracket.json INIT=pretrained STEPS=4000 \
+#       PRE_LR=best PRE_SEED=1 PRETRAIN_ONLY=1 HEADS=48 bash scripts/head_count_study.sh ...
+# (a seed-0 row at its best rate is then pretrained again before it is fine-tuned).
 # BRACKET_STEPS (default STEPS) is the schedule whose grid PRE_LR=best reads; a
 # pretraining of other STEPS than it is named by them (_steps{N} on its folder and rows):
 # multi-head at talking heads' FLOPs, 1.16x the steps at 48 heads, at its 4000-step rate:
@@ -73,6 +79,7 @@ MAX_TRAIN=${MAX_TRAIN:-2000}
 EPOCHS=${EPOCHS:-2}
 CORPUS=${CORPUS:-../shared/data/corpus}
 GLUE_DIR=${GLUE_DIR:-../shared/data/glue}
+LANDED_BRACKET=${LANDED_BRACKET:-}
 case "$INIT" in
   scratch) STEPS=${STEPS:-1} ;;
   pretrained) STEPS=${STEPS:-1000} ;;
@@ -132,6 +139,7 @@ resolve_rates() {  # resolve_rates ROW...: fills RATE_OF; exits on a row not bra
   fi
   local args=()
   for row in "$@"; do args+=(--best "$row"); done
+  for landed in ${LANDED_BRACKET//,/ }; do args+=(--landed "$landed"); done
   picks=$("$PYTHON" scripts/rate_bracket.py --study "$OUT" --steps "$BRACKET_STEPS" --seed 0 \
       "${args[@]}") || exit 1  # rate_bracket.py said why, one line per row
   for row in "$@"; do

@@ -12,6 +12,8 @@ import sys
 import pytest
 from helpers import REPO, write_pretraining
 
+from analysis.rate_bracket import brackets, find_pretrainings
+from common.files import write_json_atomic
 from configs import grids
 
 pytestmark = pytest.mark.slow  # every test starts scripts/sweep.py through bash
@@ -464,6 +466,20 @@ def test_head_count_study_runs_each_row_at_its_own_bracketed_rate(tmp_path):
     assert {x[x.index("--workdir") + 1]: x[3].split(",lr=")[1].split(",")[0]
             for x in lines} == {str(out / "pretrain_h48_lr3e-4_seed1"): "3e-4",
                                 str(out / "pretrain_h48_nat_th_identity_seed1"): "1e-3"}
+
+    # A fresh clone: OUT not made yet, the grid as landed (rate_bracket.py --json) instead.
+    landed = tmp_path / "rate_bracket.json"
+    write_json_atomic(landed, {"rows": [b.to_json() for b in brackets(find_pretrainings(
+        str(out)))]})
+    clone = tmp_path / "clone"
+    cloned = subprocess.run(["bash", "scripts/head_count_study.sh", str(clone)], cwd=REPO,
+                            env=dict(env, PRE_SEED="1", PRETRAIN_ONLY="1", VARIANTS="mh",
+                                     LANDED_BRACKET=str(landed)),
+                            capture_output=True, text=True, timeout=120)
+    assert cloned.returncode == 0, cloned.stderr
+    assert [(x[x.index("--workdir") + 1], ",lr=3e-4," in x[3])
+            for x in map(shlex.split, cloned.stdout.splitlines())] == [
+        (str(clone / "pretrain_h48_lr3e-4_seed1"), True)]
 
     tuned, lines = study(VARIANTS="mh,th_identity,nat_th_identity", SEEDS="10")
     assert tuned.returncode == 0, tuned.stderr
