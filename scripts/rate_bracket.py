@@ -91,7 +91,7 @@ def main(argv: list[str]) -> None:
         sys.exit("error: give --study OUT (a directory of pretrain_* workdirs)")
     landed_files = list(FLAGS.landed)
     if FLAGS.json and os.path.exists(FLAGS.json) and not FLAGS.best:
-        landed_files.append(os.path.abspath(FLAGS.json))  # landing again loses nothing
+        landed_files.append(FLAGS.json)  # landing again loses nothing
     rows = FLAGS.best or None
     try:
         landed = [run for path in landed_files for run in landed_pretrainings(path, rows)]
