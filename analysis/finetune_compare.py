@@ -14,6 +14,10 @@ noise only, and a verdict speaks for these starts, not for the architecture over
 pretraining seeds (init=scratch rows draw every weight per seed instead: their spread
 holds the init's noise too).
 
+A row is read from its workdir, or from a table.json this module wrote (its rows carry
+every score, the protocol and the model): a row fine-tuned on a machine whose workdirs are
+gone pairs with one fine-tuned here.
+
 Tests and verdicts are analysis/stats.py's: paired t interval and p, Wilcoxon p,
 Holm's correction over every test of the table (one table, one family), "B better" /
 "A better" when the corrected p < alpha, "equivalent (±0.5)" when the whole t interval
@@ -57,6 +61,7 @@ class FineTuneRow:
     # task -> learning rate -> fine-tuning seed -> dev score (the metric's)
     scores: dict[str, dict[float, dict[int, float]]]
     metric: str = ""  # a dev metric's name; "": each task's main one
+    landed_in: str | None = None  # the table.json it was read from, if not its workdir
 
     @property
     def from_scratch(self) -> bool:
@@ -92,9 +97,41 @@ def run_score(run: results.RunResult, run_dir: str, metric: str) -> float:
     return float(np.mean([values[metric] for values in run.dev.values()]))
 
 
+def read_landed_row(name: str, table: str, metric: str = "") -> FineTuneRow:
+    """Row NAME of a table.json written by to_json, scored by the same metric; ValueError
+    naming the file when it has no such row, another metric, or rows without their model
+    (a table written before rows carried it)."""
+    try:
+        with open(table) as f:
+            landed = json.load(f)
+        by_name = {row["name"]: row for row in landed["rows"]}
+        scored_by = landed["metric"]
+    except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError: ValueError
+        raise ValueError(f"--row {name}={table}: not a table.json of "
+                         f"scripts/compare_finetuning.py ({type(e).__name__}: {e})") from None
+    if name not in by_name:
+        raise ValueError(f"--row {name}={table}: no row {name} there (it has "
+                         f"{', '.join(sorted(by_name))})")
+    if scored_by != (metric or "main"):
+        raise ValueError(f"--row {name}={table}: scored by {scored_by}, not "
+                         f"{metric or 'main'}")
+    row = by_name[name]
+    if "model" not in row:
+        raise ValueError(f"--row {name}={table}: its rows have no model (a table written "
+                         f"before they carried it): give the workdir")
+    scores = {task: {float(lr): {int(seed): float(v) for seed, v in by_seed.items()}
+                     for lr, by_seed in by_lr.items()} for task, by_lr in row["scores"].items()}
+    return FineTuneRow(name, row["workdir"], row["source"], ModelConfig.from_config(row["model"]),
+                       {k: row["protocol"].get(k) for k in PROTOCOL}, scores, metric,
+                       landed_in=row.get("landed_in") or table)
+
+
 def read_row(name: str, workdir: str, metric: str = "") -> FineTuneRow:
     """A fine-tuning workdir's start, protocol and every finished run's dev score (each
-    task's main metric, or the named one)."""
+    task's main metric, or the named one); a path ending in .json is a landed table's row
+    (read_landed_row)."""
+    if workdir.endswith(".json"):
+        return read_landed_row(name, workdir, metric)
     path = os.path.join(workdir, IDENTITY)
     if not os.path.isfile(path):
         raise ValueError(f"--row {name}={workdir}: no {IDENTITY} (not an eval_glue.py or "
@@ -305,10 +342,13 @@ def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
         rows_markdown(rows),
         "Each row at its own best learning rate (mean dev score over fine-tuning seeds; † "
         "best at the grid's edge). Pairs by fine-tuning seed. " + spread_note(rows),
-        tables.significance_markdown(tests, "t", alpha),
-        f"Verdict: Holm-corrected paired t p < {alpha:g} → better; the whole 95% t interval "
-        f"inside ±{margin:g} points (the papers' effect sizes) → equivalent; else not "
-        "settled. The bootstrap interval is shown from n = 10 only.",
+        *([tables.significance_markdown(tests, "t", alpha),
+           f"Verdict: Holm-corrected paired t p < {alpha:g} → better; the whole 95% t "
+           f"interval inside ±{margin:g} points (the papers' effect sizes) → equivalent; else "
+           "not settled. The bootstrap interval is shown from n = 10 only."] if tests else
+          ["No test: " + ("one row, its scores landed for a later comparison (--row "
+                          "NAME=this table.json)." if len(rows) == 1 else
+                          "no pair shares a task at two or more fine-tuning seeds.")]),
         *([trend_markdown(trends, alpha, rows[0].metric)] if trends else []),
     ]) + "\n"
 
@@ -320,6 +360,7 @@ def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float
         "rows": [{"name": r.name, "workdir": r.workdir, "source": r.source,
                   "attention": registry.get(r.model.attention).label(r.model), "params": r.params,
                   "flops_per_token": r.flops, "protocol": r.protocol,
+                  "model": r.model.to_dict(), "landed_in": r.landed_in,
                   "scores": {t: {str(lr): {str(s): v for s, v in by_seed.items()}
                                  for lr, by_seed in by_lr.items()}
                              for t, by_lr in r.scores.items()}} for r in rows],

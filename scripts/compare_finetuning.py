@@ -8,7 +8,15 @@ by fine-tuning seed with Holm's correction over the table.
       # does th - mh change with the head count? (slope per doubling, one test per task)
   ... --metric accuracy     # every task by dev accuracy (MRPC's main metric is F1)
 
-Writes DIR/table.md and DIR/table.json (each complete or not at all).
+Writes DIR/table.md and DIR/table.json (each complete or not at all). A row may be read
+from such a table.json instead of its workdir (--row NAME=DIR/table.json: its row NAME),
+so a row fine-tuned on a machine whose workdirs are gone pairs with one fine-tuned here;
+one --row alone lands that row's scores as a table for such a later comparison:
+  python scripts/compare_finetuning.py --row mh_h48=runs/native_heads/h48/mh \
+      --out docs/results/native_heads/rows/sst2_mh_h48
+  python scripts/compare_finetuning.py \
+      --row mh_h48=docs/results/native_heads/rows/sst2_mh_h48/table.json \
+      --row nat_th_identity_h48=runs/native_heads/h48/nat_th_identity --out DIR
 """
 
 from __future__ import annotations
@@ -44,8 +52,9 @@ def main(argv: list[str]) -> None:
     if FLAGS["verbosity"].present == 0:
         logging.set_verbosity(logging.WARNING)
     try:
-        if len(FLAGS.row) < 2:
-            raise ValueError("--row: give two or more NAME=WORKDIR rows to compare")
+        if not FLAGS.row:
+            raise ValueError("--row: give NAME=WORKDIR rows: two or more to compare, one to "
+                             "land its scores (a table of one row, no test)")
         rows = finetune_compare.parse_rows(FLAGS.row, FLAGS.metric)
         names = [r.name for r in rows]
         pairs = (stats.parse_pairs(FLAGS.pairs, set(names)) if FLAGS.pairs

@@ -250,3 +250,43 @@ def test_metric_scores_every_run_by_that_dev_metric_mean_over_splits(tmp_path):
     with pytest.raises(ValueError, match=r"--metric mcc: .*MRPC/lr[^/]*_seed0/result.json has "
                                          r"no dev mcc \(it has accuracy, f1\)"):
         finetune_compare.parse_rows([f"a={a}"], "mcc")
+
+
+def test_a_row_read_back_from_its_table_pairs_as_its_workdir_does(tmp_path):
+    """A row fine-tuned on a machine whose workdirs are gone is read from the table.json it
+    landed in: the same scores, protocol and model, so the same best rate and the same test
+    against a row read from its workdir; one row alone lands as a table of no test."""
+    a = write_workdir(tmp_path / "a", {5e-5: [80.0, 81.0, 82.0], 2e-4: [79.0, 83.0, 84.0]})
+    b = write_workdir(tmp_path / "b", {5e-5: [81.0, 82.0, 82.5]},
+                      model=MODEL.replace(attention="talking_heads", num_heads=8))
+    alone = finetune_compare.parse_rows([f"a={a}"])
+    table = tmp_path / "landed" / "table.json"
+    table.parent.mkdir()
+    table.write_text(finetune_compare.to_json(alone, [], 0.05))
+    assert "No test: one row" in finetune_compare.render(alone, [], 0.05)
+
+    from_workdirs = finetune_compare.parse_rows([f"a={a}", f"b={b}"])
+    landed = finetune_compare.parse_rows([f"a={table}", f"b={b}"])
+    assert landed[0].scores == from_workdirs[0].scores and landed[0].landed_in == str(table)
+    assert (landed[0].model, landed[0].protocol, landed[0].source) == (
+        from_workdirs[0].model, from_workdirs[0].protocol, from_workdirs[0].source)
+    assert landed[0].best_lr("SST-2") == 2e-4
+    again, first = (finetune_compare.run_tests(rows, [("a", "b")])[0]
+                    for rows in (landed, from_workdirs))
+    assert (again.diff, again.p_t, again.cost_a) == (first.diff, first.p_t, first.cost_a)
+    assert json.loads(finetune_compare.to_json(landed, [again], 0.05))["rows"][0][
+        "landed_in"] == str(table)
+
+    with pytest.raises(ValueError, match=r"--row x=.*table.json: no row x there \(it has a\)"):
+        finetune_compare.read_row("x", str(table))
+    with pytest.raises(ValueError, match=r"table.json: scored by main, not accuracy"):
+        finetune_compare.read_row("a", str(table), "accuracy")
+    old = json.loads(table.read_text())
+    del old["rows"][0]["model"]
+    table.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"its rows have no model .*: give the workdir"):
+        finetune_compare.read_row("a", str(table))
+    table.write_text("{")
+    with pytest.raises(ValueError, match=r"not a table.json of scripts/compare_finetuning.py "
+                                         r"\(JSONDecodeError"):
+        finetune_compare.read_row("a", str(table))
