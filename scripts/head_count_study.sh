@@ -14,8 +14,10 @@
 #       # then fine-tuned as is / with talking heads inserted at the identity / fan-in
 #   HEADS=8,96 bash scripts/head_count_study.sh      # some head counts (the rest later)
 #   HEADS=64 VARIANTS=th_fan_in bash scripts/...     # some variants (no table without a
-#       # pair); two processes at once: split by HEADS, or by VARIANTS once the head
-#       # count's pretraining is done (while it runs, a second train.py on it is refused)
+#       # pair: each row lands alone in RESULTS/rows/ROW/table.json, which
+#       # scripts/compare_finetuning.py --row ROW=... reads back); two processes at once:
+#       # split by HEADS, or by VARIANTS once the head count's pretraining is done (while
+#       # it runs, a second train.py on it is refused)
 #   bash scripts/head_count_study.sh                 # at the end: skips every finished run
 #                                                    # and writes the whole table
 #   DRY_RUN=1 bash scripts/head_count_study.sh       # print the commands only
@@ -256,8 +258,15 @@ done
 if (( ${#TREND[@]} < 4 )); then TREND=(); else TREND+=(--trend_label "th_fan_in - mh"); fi
 if [[ -n "${PRETRAIN_ONLY:-}" ]]; then exit 0; fi
 if (( ${#PAIRS[@]} == 0 )); then
-  # A part of the study (one variant): its table comes from a run over all of them.
-  echo "no pair among VARIANTS=$VARIANTS: no table; rerun with every variant for it" >&2
+  # A part of the study (one variant): each row's scores land alone in RESULTS/rows/ROW,
+  # so its table can pair them later from a clone without these workdirs
+  # (scripts/compare_finetuning.py --row ROW=RESULTS/rows/ROW/table.json).
+  for (( i = 1; i < ${#ROWS[@]}; i += 2 )); do
+    "${RUN[@]}" "$PYTHON" scripts/compare_finetuning.py --row "${ROWS[i]}" \
+        --out "$RESULTS/rows/${ROWS[i]%%=*}"
+  done
+  echo "no pair among VARIANTS=$VARIANTS: no table; each row landed alone in" \
+      "$RESULTS/rows/ (compare_finetuning.py --row ROW=$RESULTS/rows/ROW/table.json)" >&2
   exit 0
 fi
 "${RUN[@]}" "$PYTHON" scripts/compare_finetuning.py "${ROWS[@]}" "${PAIRS[@]}" "${TREND[@]}" \

@@ -322,7 +322,11 @@ def test_head_count_study_runs_three_variants_per_head_count_on_one_grid(tmp_pat
     alone = subprocess.run(["bash", "scripts/head_count_study.sh", str(out), str(tables)],
                            cwd=REPO, env=dict(env, VARIANTS="th_fan_in"), capture_output=True,
                            text=True, timeout=60)
-    assert alone.returncode == 0 and "compare_finetuning.py" not in alone.stdout
+    assert alone.returncode == 0
+    landed = [shlex.split(x) for x in alone.stdout.splitlines() if "compare_finetuning" in x]
+    assert [x[2:] for x in landed] == [  # each row alone, read back later as --row
+        ["--row", f"th_fan_in_h{h}={out / f'h{h}' / 'th_fan_in'}",
+         "--out", str(tables / "rows" / f"th_fan_in_h{h}")] for h in (8, 96)]
     assert alone.stderr.strip().startswith("no pair among VARIANTS=th_fan_in: no table")
     wrong = subprocess.run(["bash", "scripts/head_count_study.sh"], cwd=REPO, text=True,
                            env=dict(env, VARIANTS="mh,th"), capture_output=True, timeout=60)
