@@ -96,5 +96,9 @@ def test_two_processes_equal_one_and_checkpoints_cross_layouts(setup):
     for workdir in (split_a, split_b):
         step, params = final_params(workdir)
         assert step == step_ref == STEPS
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+        # test_sharding.py's tolerance for a sharded run against one device: two processes
+        # sum the gradients in another order, and Adam's normalisation turns a last-bit
+        # difference in a near-zero gradient into an update ~1e-6 apart (2.0e-6 on 1 of
+        # 16,384 weights, seen on one machine).
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
                      params, params_ref)
