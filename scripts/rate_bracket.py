@@ -102,6 +102,12 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: {e}")
     for line in reruns_differ:
         print(f"warning: rerun differs: {line}", file=sys.stderr)
+    if FLAGS.json and os.path.exists(FLAGS.json) and not FLAGS.best:
+        # Once a rerun has landed, it is the landed run: what an earlier landing found
+        # apart is kept, not found again.
+        with open(FLAGS.json) as f:
+            earlier = json.load(f).get("reruns_differ", [])
+        reruns_differ = earlier + [line for line in reruns_differ if line not in earlier]
     if FLAGS.best:
         sys.exit(print_best(found, FLAGS.best))
     table = markdown(found, FLAGS.tie, reruns_differ)

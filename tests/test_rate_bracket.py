@@ -262,9 +262,15 @@ def test_landing_again_keeps_what_landed_when_a_workdir_is_gone(tmp_path):
     assert differ == [f"mh_h48 (seed 0, 100 steps) at 1e-3: {study}/pretrain_h48 ended at "
                       f"6.0100, the landed run at 6.0000 ({landed})"]
     assert f"- rerun differs: {differ[0]}" in markdown(brackets(runs), reruns_differ=differ)
+    differs = run_script("rate_bracket.py", [f"--study={study}", f"--json={landed}"])
+    assert f"warning: rerun differs: {differ[0]}" in differs.stderr
+    again = run_script("rate_bracket.py", [f"--study={study}", f"--json={landed}"])
+    assert again.stderr == ""  # the rerun is now the landed run; what differed stays said
+    assert json.loads(landed.read_text())["reruns_differ"] == differ
+    assert f"- rerun differs: {differ[0]}" in again.stdout
     write_pretraining(study, "pretrain_h48_lr3e-3", 3e-3, 6.05 + 0.5 * REPEAT_NATS)
     assert with_landed(find_pretrainings(str(study)), landed_pretrainings(str(landed)))[1] \
-        == differ  # within REPEAT_NATS: the same result
+        == []  # within REPEAT_NATS of the landed 6.05: the same result
 
 
 def test_a_damaged_landed_file_is_one_error_naming_it(tmp_path):
