@@ -3,9 +3,10 @@ per workdir, a TensorBoard scalar's value at each logged step in a window and it
 over it, e.g. whether a run was still improving when its learning rate reached 0.
 
 A study's workdirs may be gone (a fresh clone, another machine) while the curves it
-landed are committed: landing again keeps a named workdir's landed curve where this
-machine has no such workdir, or where its run (a rerun still going) has not reached the
-landed curve's last step; a rerun that reaches it replaces the curve.
+landed are committed: landing again over the same tag and window keeps a named
+workdir's landed curve where this machine has no such workdir, or where its run (a
+rerun still going) has not reached the landed curve's last step; a rerun that reaches it
+replaces the curve. The results file holds the named workdirs only.
 """
 
 from __future__ import annotations
@@ -35,15 +36,19 @@ def window(workdir: str, tag: str, from_step: int, to_step: int | None) -> dict:
             "from": steps[0], "to": steps[-1]}
 
 
-def landed_curves(path: str | None, tag: str) -> dict[str, dict]:
-    """The curves of tag an earlier results file at path holds, by workdir: none when
-    there is no such file or it holds another tag. ValueError naming an unreadable one."""
+def landed_curves(path: str | None, tag: str, from_step: int = 0,
+                  to_step: int | None = None) -> dict[str, dict]:
+    """The curves of tag an earlier results file at path holds over the same window of
+    steps, by workdir: none when there is no such file, or it holds another tag or
+    window. ValueError naming an unreadable one."""
     if not path or not os.path.exists(path):
         return {}
     try:
         with open(path) as f:
             landed = json.load(f)
-        return dict(landed["runs"]) if landed["tag"] == tag else {}
+        same = (landed["tag"], landed.get("from_step", 0), landed.get("to_step")) == (
+            tag, from_step, to_step)
+        return dict(landed["runs"]) if same else {}
     except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError: ValueError
         raise ValueError(f"{path}: not a results file of scripts/eval_curve.py "
                          f"({type(e).__name__}: {e})") from None
@@ -54,7 +59,7 @@ def curves(workdirs: list[str], tag: str, from_step: int = 0, to_step: int | Non
     """The report {"tag", "runs": {workdir: window}} and a line per workdir saying what
     it holds; a landed curve stands where the workdir is gone or behind it."""
     landed = landed or {}
-    report: dict = {"tag": tag, "runs": {}}
+    report: dict = {"tag": tag, "from_step": from_step, "to_step": to_step, "runs": {}}
     lines = []
     for workdir in workdirs:
         kept = landed.get(workdir)
@@ -63,11 +68,17 @@ def curves(workdirs: list[str], tag: str, from_step: int = 0, to_step: int | Non
             lines.append(f"{workdir}: no such workdir here; kept its landed curve (to step "
                          f"{kept['to']})")
             continue
-        numbers = window(workdir, tag, from_step, to_step)
-        if kept is not None and numbers["to"] < kept["to"]:
+        try:
+            numbers = window(workdir, tag, from_step, to_step)
+        except ValueError:
+            if kept is None:
+                raise
+            numbers = None  # a rerun not yet logging inside the window
+        if kept is not None and (numbers is None or numbers["to"] < kept["to"]):
             report["runs"][workdir] = kept
-            lines.append(f"{workdir}: at step {numbers['to']} here; kept its landed curve "
-                         f"(to step {kept['to']})")
+            at = "not yet in the window" if numbers is None else f"at step {numbers['to']}"
+            lines.append(f"{workdir}: {at} here; kept its landed curve (to step "
+                         f"{kept['to']})")
             continue
         report["runs"][workdir] = numbers
         lines.append(f"{workdir}: {tag} {numbers['change']:+.4f} from step {numbers['from']} "

@@ -105,25 +105,31 @@ def read_landed_row(name: str, table: str, metric: str = "") -> FineTuneRow:
         with open(table) as f:
             landed = json.load(f)
         by_name = {row["name"]: row for row in landed["rows"]}
-        scored_by = landed["metric"]
     except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError: ValueError
         raise ValueError(f"--row {name}={table}: not a table.json of "
                          f"scripts/compare_finetuning.py ({type(e).__name__}: {e})") from None
     if name not in by_name:
         raise ValueError(f"--row {name}={table}: no row {name} there (it has "
                          f"{', '.join(sorted(by_name))})")
-    if scored_by != (metric or "main"):
-        raise ValueError(f"--row {name}={table}: scored by {scored_by}, not "
-                         f"{metric or 'main'}")
     row = by_name[name]
     if "model" not in row:
         raise ValueError(f"--row {name}={table}: its rows have no model (a table written "
                          f"before they carried it): give the workdir")
-    scores = {task: {float(lr): {int(seed): float(v) for seed, v in by_seed.items()}
-                     for lr, by_seed in by_lr.items()} for task, by_lr in row["scores"].items()}
-    return FineTuneRow(name, row["workdir"], row["source"], ModelConfig.from_config(row["model"]),
-                       {k: row["protocol"].get(k) for k in PROTOCOL}, scores, metric,
-                       landed_in=row.get("landed_in") or table)
+    scored_by = landed.get("metric", "main")
+    if scored_by != (metric or "main"):
+        raise ValueError(f"--row {name}={table}: scored by {scored_by}, not "
+                         f"{metric or 'main'}")
+    try:
+        scores = {task: {float(lr): {int(seed): float(v) for seed, v in by_seed.items()}
+                         for lr, by_seed in by_lr.items()}
+                  for task, by_lr in row["scores"].items()}
+        return FineTuneRow(name, row["workdir"], row["source"],
+                           ModelConfig.from_config(row["model"]),
+                           {k: row["protocol"].get(k) for k in PROTOCOL}, scores, metric,
+                           landed_in=row.get("landed_in") or table)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:  # ConfigError: a ValueError
+        raise ValueError(f"--row {name}={table}: row {name} is damaged "
+                         f"({type(e).__name__}: {e})") from None
 
 
 def read_row(name: str, workdir: str, metric: str = "") -> FineTuneRow:

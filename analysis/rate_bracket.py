@@ -231,8 +231,8 @@ def landed_pretrainings(path: str, rows: list[str] | None = None) -> list[Pretra
     try:
         with open(path) as f:
             recorded = [run for row in json.load(f)["rows"] for run in row["runs"]]
-        landed = [Pretraining(**dict(run, landed_in=path)) for run in recorded
-                  if run["finished"]]
+        landed = [Pretraining(**dict(run, landed_in=run.get("landed_in") or path))
+                  for run in recorded if run["finished"]]  # where it first landed
     except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
         raise ValueError(f"{path}: not a results file of scripts/rate_bracket.py "
                          f"({type(e).__name__}: {e})") from None

@@ -42,7 +42,8 @@ def main(argv: list[str]) -> None:
         sys.exit("error: give --workdir PRETRAIN_WORKDIR (repeatable)")
     try:
         report, lines = curves(FLAGS.workdir, FLAGS.tag, FLAGS.from_step, FLAGS.to_step,
-                               landed_curves(FLAGS.json, FLAGS.tag))
+                               landed_curves(FLAGS.json, FLAGS.tag, FLAGS.from_step,
+                                             FLAGS.to_step))
     except ValueError as e:
         sys.exit(f"error: {e}")
     print("\n".join(lines))

@@ -93,6 +93,9 @@ def main(argv: list[str]) -> None:
     if FLAGS.json and os.path.exists(FLAGS.json) and not FLAGS.best:
         landed_files.append(FLAGS.json)  # landing again loses nothing
     rows = FLAGS.best or None
+    if landed_files and not os.path.isdir(FLAGS.study):
+        print(f"warning: {FLAGS.study}: no such study directory; landed runs only",
+              file=sys.stderr)
     try:
         landed = [run for path in landed_files for run in landed_pretrainings(path, rows)]
         runs, reruns_differ = with_landed(

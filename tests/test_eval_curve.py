@@ -4,6 +4,7 @@ the values the project's own writer put there (a resumed run's rewrite of a step
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 
@@ -75,6 +76,9 @@ def test_a_landed_curve_stays_when_its_workdir_is_gone_or_behind(tmp_path):
     with open(out) as f:
         assert json.load(f)["runs"][run]["values"] == pytest.approx({"500": 6.2, "1000": 6.0})
 
+    os.makedirs(run)  # a rerun before its first eval
+    assert land() == [f"{run}: not yet in the window here; kept its landed curve (to step "
+                      f"1000)"]
     write_curve(run, {500: 6.3}, tag="eval_loss")  # a rerun at step 500
     assert land() == [f"{run}: at step 500 here; kept its landed curve (to step 1000)"]
     time.sleep(1.1)  # a new event file (its name carries the second it opened)
@@ -83,8 +87,10 @@ def test_a_landed_curve_stays_when_its_workdir_is_gone_or_behind(tmp_path):
     with open(out) as f:
         assert json.load(f)["runs"][run]["values"] == pytest.approx(
             {"500": 6.3, "1000": 5.9, "1500": 5.8})
-    # Another tag's file holds no landed curve of this one.
+    # Another tag's or window's file holds no landed curve of this one.
     assert landed_curves(out, "eval_accuracy") == {}
+    assert landed_curves(out, "eval_loss", from_step=1000) == {}
+    assert landed_curves(out, "eval_loss", to_step=1000) == {}
     with open(out, "w") as f:
         f.write("{")
     with pytest.raises(ValueError, match=f"^{out}: not a results file of "

@@ -281,8 +281,13 @@ def test_a_row_read_back_from_its_table_pairs_as_its_workdir_does(tmp_path):
         finetune_compare.read_row("x", str(table))
     with pytest.raises(ValueError, match=r"table.json: scored by main, not accuracy"):
         finetune_compare.read_row("a", str(table), "accuracy")
+    damaged = json.loads(table.read_text())
+    damaged["rows"][0]["scores"]["SST-2"] = {"5e-05": {"zero": 80.0}}
+    table.write_text(json.dumps(damaged))
+    with pytest.raises(ValueError, match=r"table.json: row a is damaged \(ValueError: "):
+        finetune_compare.read_row("a", str(table))
     old = json.loads(table.read_text())
-    del old["rows"][0]["model"]
+    del old["rows"][0]["model"], old["metric"]  # as the tables of parts 4-7 were written
     table.write_text(json.dumps(old))
     with pytest.raises(ValueError, match=r"its rows have no model .*: give the workdir"):
         finetune_compare.read_row("a", str(table))

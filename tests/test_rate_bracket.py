@@ -251,6 +251,8 @@ def test_landing_again_keeps_what_landed_when_a_workdir_is_gone(tmp_path):
     fresh = run_script("rate_bracket.py", [f"--study={tmp_path / 'not_made_yet'}",
                                            "--best=mh_h48", f"--landed={landed}"])
     assert (fresh.returncode, fresh.stdout) == (0, "mh_h48 1e-3\n"), fresh.stderr
+    assert fresh.stderr.strip() == (f"warning: {tmp_path / 'not_made_yet'}: no such study "
+                                    f"directory; landed runs only")
 
     # The rerun finishes, 0.01 nats away from what landed: it wins, and says so.
     shutil.rmtree(study / "pretrain_h48")
