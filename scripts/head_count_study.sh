@@ -141,7 +141,9 @@ resolve_rates() {  # resolve_rates ROW...: fills RATE_OF; exits on a row not bra
   fi
   local args=()
   for row in "$@"; do args+=(--best "$row"); done
-  for landed in ${LANDED_BRACKET//,/ }; do args+=(--landed "$landed"); done
+  local landed landed_files=()
+  IFS=, read -ra landed_files <<< "$LANDED_BRACKET"  # no globbing, spaces kept
+  for landed in "${landed_files[@]}"; do args+=(--landed "$landed"); done
   picks=$("$PYTHON" scripts/rate_bracket.py --study "$OUT" --steps "$BRACKET_STEPS" --seed 0 \
       "${args[@]}") || exit 1  # rate_bracket.py said why, one line per row
   for row in "$@"; do
