@@ -63,20 +63,18 @@ def curves(workdirs: list[str], tag: str, from_step: int = 0, to_step: int | Non
     lines = []
     for workdir in workdirs:
         kept = landed.get(workdir)
-        if kept is not None and not os.path.isdir(workdir):
-            report["runs"][workdir] = kept
-            lines.append(f"{workdir}: no such workdir here; kept its landed curve (to step "
-                         f"{kept['to']})")
-            continue
-        try:
-            numbers = window(workdir, tag, from_step, to_step)
-        except ValueError:
-            if kept is None:
-                raise
-            numbers = None  # a rerun not yet logging inside the window
+        here = os.path.isdir(workdir)
+        numbers = None
+        if here or kept is None:  # a missing workdir without a landed curve: window's error
+            try:
+                numbers = window(workdir, tag, from_step, to_step)
+            except ValueError:
+                if kept is None:
+                    raise  # a rerun not yet logging inside the window keeps its landed one
         if kept is not None and (numbers is None or numbers["to"] < kept["to"]):
             report["runs"][workdir] = kept
-            at = "not yet in the window" if numbers is None else f"at step {numbers['to']}"
+            at = ("no such workdir" if not here else "not yet in the window"
+                  if numbers is None else f"at step {numbers['to']}")
             lines.append(f"{workdir}: {at} here; kept its landed curve (to step "
                          f"{kept['to']})")
             continue

@@ -239,6 +239,13 @@ def landed_pretrainings(path: str, rows: list[str] | None = None) -> list[Pretra
     return [run for run in landed if rows is None or run.row in rows]
 
 
+def landed_reruns_differ(path: str) -> list[str]:
+    """What an earlier landing into this results file found apart (with_landed's lines):
+    once a rerun has landed it is the landed run, so the file keeps saying so."""
+    with open(path) as f:
+        return json.load(f).get("reruns_differ", [])
+
+
 def _grid_point(run: Pretraining) -> tuple[str, int, int, float]:
     return run.row, run.seed, run.steps, run.learning_rate
 

@@ -36,6 +36,7 @@ from analysis.rate_bracket import (
     brackets,
     find_pretrainings,
     landed_pretrainings,
+    landed_reruns_differ,
     markdown,
     rate_spelling,
     with_landed,
@@ -89,9 +90,8 @@ def main(argv: list[str]) -> None:
     logging.getLogger("tensorboard").setLevel(logging.WARNING)  # event-file chatter
     if not FLAGS.study:
         sys.exit("error: give --study OUT (a directory of pretrain_* workdirs)")
-    landed_files = list(FLAGS.landed)
-    if FLAGS.json and os.path.exists(FLAGS.json) and not FLAGS.best:
-        landed_files.append(FLAGS.json)  # landing again loses nothing
+    landing_again = bool(FLAGS.json) and os.path.exists(FLAGS.json) and not FLAGS.best
+    landed_files = list(FLAGS.landed) + ([FLAGS.json] if landing_again else [])
     rows = FLAGS.best or None
     if landed_files and not os.path.isdir(FLAGS.study):
         print(f"warning: {FLAGS.study}: no such study directory; landed runs only",
@@ -105,11 +105,8 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: {e}")
     for line in reruns_differ:
         print(f"warning: rerun differs: {line}", file=sys.stderr)
-    if FLAGS.json and os.path.exists(FLAGS.json) and not FLAGS.best:
-        # Once a rerun has landed, it is the landed run: what an earlier landing found
-        # apart is kept, not found again.
-        with open(FLAGS.json) as f:
-            earlier = json.load(f).get("reruns_differ", [])
+    if landing_again:  # landing again loses nothing, what was found apart included
+        earlier = landed_reruns_differ(FLAGS.json)
         reruns_differ = earlier + [line for line in reruns_differ if line not in earlier]
     if FLAGS.best:
         sys.exit(print_best(found, FLAGS.best))
