@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -29,13 +30,32 @@ def flat_hparams(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _summary_writer_class():
+    """tensorboardX's SummaryWriter, imported without torch.
+
+    tensorboardX's writer imports torch wherever it is installed (the test extra installs
+    it), only to name torch.Tensor in its type hints: 1.4 s of every run's start. Hiding
+    torch for that one import leaves the writer on numpy, which is all this project logs;
+    torch stays importable afterwards, and a process that imported it already keeps it.
+    """
+    if "tensorboardX" in sys.modules or "torch" in sys.modules:
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    sys.modules["torch"] = None  # `import torch` raises ImportError while this is set
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
+
+
 class MetricWriter:
     def __init__(self, logdir: str, enabled: bool | None = None):
         self.enabled = jax.process_index() == 0 if enabled is None else enabled
         self.writer = None
         if self.enabled:
-            from tensorboardX import SummaryWriter
-
+            SummaryWriter = _summary_writer_class()
             os.makedirs(logdir, exist_ok=True)
             self.writer = SummaryWriter(logdir=logdir, flush_secs=10)
 
