@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-import scipy.stats
-from sklearn import metrics as skm
 
 from glue.tasks import GlueTask, get_task
 
@@ -57,6 +55,11 @@ def compute_metrics(
             "the same non-empty [N]"
         )
 
+    # scikit-learn and scipy.stats are imported where a score is computed: together they
+    # cost over a second at every start of eval_glue.py and of the scripts that import
+    # glue, most of which never score anything.
+    from sklearn import metrics as skm
+
     out: dict[str, float] = {}
     for name in task.metric_names:
         if name == "accuracy":
@@ -80,6 +83,8 @@ def _correlation(name: str, predictions: np.ndarray, labels: np.ndarray) -> floa
     so no NaN reaches a result file."""
     if np.ptp(predictions) == 0 or np.ptp(labels) == 0:
         return 0.0
+    import scipy.stats  # only STS-B needs it (see compute_metrics)
+
     test = scipy.stats.pearsonr if name == "pearson" else scipy.stats.spearmanr
     return float(test(predictions, labels).statistic)
 
