@@ -12,11 +12,16 @@ import tempfile
 # Sharding tests need several devices; the flag must be set before jax starts.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 # The tests' models are tiny: compiling them, not running them, is most of the suite's
-# time, and LLVM's optimisation passes most of compiling. Without them the CPU code is
-# slower but computes the same numbers (no fast-math: LLVM may not reorder a float sum),
-# and the suite takes about 40% less time. Children (train.py, scripts) inherit it.
-if "--xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
+# time. Two flags cut it, and neither lets a float sum be reordered (no fast-math), so the
+# code is slower but computes the same numbers up to rounding:
+# - LLVM's optimisation passes off (the suite took about 40% less time);
+# - XLA's CPU backend emits fusions with its older elemental emitters instead of its MLIR
+#   fusion emitters: a tiny train step compiled in 1.0 s against 1.9 (and 5-6 s with
+#   neither flag; scripts/compile_depth.py at layers=1, hidden 32, batch 16 x 32).
+# The processes the tests start get them too (helpers.child_xla_flags).
+for flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
+    if flag.split("=")[0] not in os.environ["XLA_FLAGS"]:
+        os.environ["XLA_FLAGS"] += f" {flag}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One compilation cache for the session, shared by the workers and every train.py,
 # eval_glue.py or script a test starts: the same tiny steps are compiled once, not in

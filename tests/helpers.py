@@ -262,10 +262,20 @@ def write_pretraining(study, name: str, rate: float, loss: float | None = None,
     return workdir
 
 
+def child_xla_flags(devices: int = 1) -> str:
+    """XLA_FLAGS for a process a test starts: conftest's compile-time flags on `devices`
+    CPU devices (conftest's 8 fake devices only slow a small run down)."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    if devices > 1:
+        flags.append(f"--xla_force_host_platform_device_count={devices}")
+    return " ".join(flags)
+
+
 def run_script(name: str, args: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
-    """python scripts/NAME ARGS from the repository root, output captured."""
+    """python scripts/NAME ARGS from the repository root (one CPU device), output captured."""
     env = dict(os.environ)
-    env["XLA_FLAGS"] = ""  # one CPU device: conftest's 8 fake devices only slow small runs down
+    env["XLA_FLAGS"] = child_xla_flags()
     return subprocess.run([sys.executable, os.path.join("scripts", name), *args], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=timeout)
 

@@ -9,14 +9,14 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO, tiny_run_args
+from helpers import REPO, child_xla_flags, tiny_run_args
 
 
 def train_py(workdir: str, corpus: str, cache: str, jax_cache: str,
              **environment: str) -> subprocess.CompletedProcess:
     """A 2-step tiny run on one CPU device."""
     env = {**os.environ, **environment}
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # one device: a smaller program
+    env["XLA_FLAGS"] = child_xla_flags()  # one device: a smaller program
     args = tiny_run_args(corpus, cache, steps=2, log_every_steps=1, eval_every_steps=2,
                          checkpoint_every_steps=2, jax_cache=jax_cache)
     done = subprocess.run([sys.executable, "train.py", "--config",

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from helpers import REPO, child_xla_flags
 
 from training import fit_check
 
@@ -240,7 +240,7 @@ def test_the_mesh_search_compiles_every_data_fsdp_split_and_names_the_lowest_pea
          "configs/pretrain.py:size=mini,layers=1,batch=64", "--topology", "cpu-4",
          "--search_mesh"], cwd=REPO, capture_output=True, text=True, timeout=900,
         env=stripped_env(PYTHONPATH=os.pathsep.join(sys.path[1:]),
-                         XLA_FLAGS="--xla_backend_optimization_level=0"))  # compile-bound
+                         XLA_FLAGS=child_xla_flags()))  # compile-bound
     assert done.returncode == 0, done.stderr[-3000:]
     splits = [line.split() for line in done.stdout.splitlines() if line.startswith("  data=")]
     assert [s[0] for s in splits] == ["data=4,fsdp=1:", "data=2,fsdp=2:", "data=1,fsdp=4:"]

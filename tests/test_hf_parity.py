@@ -176,14 +176,14 @@ def test_eval_glue_with_a_malicious_checkpoint_is_one_error_line(tmp_path):
     import subprocess
     import sys
 
-    from helpers import REPO
+    from helpers import REPO, child_xla_flags
 
     path, _ = foreign_weight_files(tmp_path / "files")["code"]
     done = subprocess.run(
         [sys.executable, "eval_glue.py", "--config", "configs/glue.py:task=rte",
          f"--config.init_from_hf={path.parent}", f"--workdir={tmp_path / 'out'}"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
-        env={**__import__("os").environ, "XLA_FLAGS": ""})
+        env={**__import__("os").environ, "XLA_FLAGS": child_xla_flags()})
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {path}: not a plain weights file"), done.stderr[-2000:]

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import REPO, tiny_run_args, write_run_corpus, write_sst2
+from helpers import REPO, child_xla_flags, tiny_run_args, write_run_corpus, write_sst2
 
 
 def start_live_run(tmp_path) -> tuple[subprocess.Popen, str]:
@@ -25,7 +25,7 @@ def start_live_run(tmp_path) -> tuple[subprocess.Popen, str]:
         [sys.executable, "train.py", "--config", "configs/pretrain.py:size=micro",
          f"--workdir={workdir}", *args],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "XLA_FLAGS": ""})
+        env={**os.environ, "XLA_FLAGS": child_xla_flags()})
     deadline = time.monotonic() + 180
     checkpoints = os.path.join(workdir, "checkpoints")
     while not (os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints))):
@@ -35,8 +35,8 @@ def start_live_run(tmp_path) -> tuple[subprocess.Popen, str]:
 
 
 def run_reader(command: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *command], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "XLA_FLAGS": ""})
+    return subprocess.run([sys.executable, *command], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "XLA_FLAGS": child_xla_flags()})
 
 
 def assert_clean(done: subprocess.CompletedProcess, used: str) -> int:

@@ -13,7 +13,14 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import REPO, final_params, tiny_run_args, tiny_run_config, write_run_corpus
+from helpers import (
+    REPO,
+    child_xla_flags,
+    final_params,
+    tiny_run_args,
+    tiny_run_config,
+    write_run_corpus,
+)
 
 from training.pretrain import train_and_evaluate
 
@@ -34,7 +41,7 @@ def two_processes(workdir: str, args: list[str]) -> list[str]:
     for pid in range(2):
         env = dict(os.environ, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
                    JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(pid),
-                   XLA_FLAGS="--xla_force_host_platform_device_count=4")
+                   XLA_FLAGS=child_xla_flags(devices=4))
         command = [sys.executable, "train.py", "--config", "configs/pretrain.py:size=micro",
                    "--workdir", workdir, *args]
         procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,

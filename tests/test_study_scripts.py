@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO, write_pretraining
+from helpers import REPO, child_xla_flags, write_pretraining
 
 from analysis.rate_bracket import brackets, find_pretrainings
 from common.files import write_json_atomic
@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow  # every test starts scripts/sweep.py through bash
 def dry_run_study(script: str, out, **env: str) -> tuple[subprocess.CompletedProcess,
                                                           list[list[str]]]:
     """DRY_RUN=1 bash scripts/SCRIPT OUT: the result and its train.py commands."""
-    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, XLA_FLAGS="", **env)
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, XLA_FLAGS=child_xla_flags(),
+               **env)
     result = subprocess.run(["bash", os.path.join("scripts", script), str(out)],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     commands = [shlex.split(x) for x in result.stdout.splitlines() if "train.py" in x]

@@ -18,6 +18,7 @@ from helpers import (
     SST2_FILLER,
     SST2_NEGATIVE,
     SST2_POSITIVE,
+    child_xla_flags,
     tiny_run_config,
     write_run_corpus,
 )
@@ -136,7 +137,7 @@ def test_a_task_in_its_own_file_is_fine_tuned_scored_recorded_and_resumed(tmp_pa
     task_file.write_text(textwrap.dedent(TOY_TASK))
     data = str(tmp_path / "polarity.jsonl")
     write_polarity(data)
-    env = dict(os.environ, FINETUNING_TASKS=str(task_file), XLA_FLAGS="",
+    env = dict(os.environ, FINETUNING_TASKS=str(task_file), XLA_FLAGS=child_xla_flags(),
                JAX_PLATFORMS="cpu")
     arg = f"task=polarity,polarity_file={data},epochs=1,seeds=1,lr=3e-3,batch=16,seq_len=16"
 
@@ -181,7 +182,8 @@ def test_the_sweep_runs_a_plug_in_task_through_finetune_py(tmp_path):
     task_file = tmp_path / "polarity_task.py"
     task_file.write_text(textwrap.dedent(TOY_TASK))
     out = tmp_path / "out"
-    env = dict(os.environ, FINETUNING_TASKS=str(task_file), XLA_FLAGS="", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, FINETUNING_TASKS=str(task_file), XLA_FLAGS=child_xla_flags(),
+               JAX_PLATFORMS="cpu")
     args = ["scripts/sweep.py", "--grid=talking_heads_cpu", f"--out={out}", "--dry_run",
             "--glue_tasks=sst2,polarity", "--glue_args=seeds=2"]
     planned = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,

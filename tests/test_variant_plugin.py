@@ -16,7 +16,7 @@ import sys
 import textwrap
 
 import pytest
-from helpers import REPO
+from helpers import REPO, child_xla_flags
 
 # A researcher's variant: multi-head attention whose logits are divided by a learned
 # temperature per head, with a setting of its own (the temperature it starts from).
@@ -125,7 +125,7 @@ print(json.dumps(report))
 def run_with_plugin(plugin: str, command: list[str]) -> subprocess.CompletedProcess:
     env = dict(os.environ, ATTENTION_PLUGINS=plugin,
                PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]),
-               XLA_FLAGS="--xla_backend_optimization_level=0")  # one CPU device: faster
+               XLA_FLAGS=child_xla_flags())  # one CPU device: faster
     return subprocess.run([sys.executable, *command], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
 
