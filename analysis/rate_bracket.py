@@ -350,7 +350,22 @@ def _loss(run: Pretraining) -> str:
     return "diverged" if run.diverged_at is None else f"diverged at step {run.diverged_at}"
 
 
-def verdict_line(bracket: Bracket, tie_nats: float = DEFAULT_TIE_NATS) -> str:
+def _bracketed_at(bracket: Bracket, found: list[Bracket]) -> Bracket | None:
+    """Another seed's bracket of the same row and schedule whose pick is this one-rate
+    group's rate: the group is that seed's rate run again at a second seed (the study
+    scripts' PRE_LR=best), not a grid to extend."""
+    if bracket.verdict != "single_rate":
+        return None
+    return next((other for other in found
+                 if (other.row, other.steps) == (bracket.row, bracket.steps)
+                 and other.seed != bracket.seed and other.verdict == "bracketed"
+                 and other.best.learning_rate == bracket.best.learning_rate), None)
+
+
+def verdict_line(bracket: Bracket, tie_nats: float = DEFAULT_TIE_NATS,
+                 found: list[Bracket] = ()) -> str:
+    """One group's pick and verdict; `found` (every group) names another seed's bracket
+    that a one-rate group repeats."""
     head = f"{bracket.row} (seed {bracket.seed}, {bracket.steps} steps)"
     if bracket.best is None:
         return f"{head}: no finished run yet"
@@ -365,6 +380,9 @@ def verdict_line(bracket: Bracket, tie_nats: float = DEFAULT_TIE_NATS) -> str:
            "single_rate": "one rate only: add a lower and a higher one",
            "incomplete": f"so far ({sum(r.finished for r in bracket.runs)} of "
                          f"{len(bracket.runs)} rates finished)"}[bracket.verdict]
+    repeated = _bracketed_at(bracket, list(found))
+    if repeated is not None:
+        say = f"one rate: seed {repeated.seed}'s bracketed rate, at a second seed"
     return f"{head}: {pick}; {say}"
 
 
@@ -389,6 +407,6 @@ def markdown(found: list[Bracket], tie_nats: float = DEFAULT_TIE_NATS,
             lines.append(f"| {bracket.row} | {bracket.seed} | {bracket.steps} | "
                          f"{_rate(run.learning_rate)} | {state} | {loss} | {delta} | {top1} |")
     lines.append("")
-    lines += [f"- {verdict_line(bracket, tie_nats)}" for bracket in found]
+    lines += [f"- {verdict_line(bracket, tie_nats, found)}" for bracket in found]
     lines += [f"- rerun differs: {line}" for line in reruns_differ]
     return "\n".join(lines) + "\n"

@@ -103,6 +103,24 @@ def test_verdicts_bracketed_at_each_edge_a_tie_and_a_run_still_going(tmp_path):
         bracketed(found, "nat_th_identity_h48", 0)
 
 
+def test_a_second_seed_at_the_bracketed_rate_is_named_as_such(tmp_path):
+    """PRE_LR=best runs a second seed at seed 0's bracketed rate only: the printed verdict
+    says so, where it once asked for a lower and a higher rate; a second seed at another
+    rate still asks for them."""
+    study = tmp_path / "study"
+    for name, rate, loss in (("_lr3e-4", 3e-4, 6.10), ("", 1e-3, 6.00), ("_lr3e-3", 3e-3, 6.05)):
+        write_pretraining(study, f"pretrain_h48{name}", rate, loss)
+    write_pretraining(study, "pretrain_h48_seed1", 1e-3, 5.95, seed=1)
+    write_pretraining(study, "pretrain_h48_lr3e-4_seed2", 3e-4, 6.12, seed=2)
+    lines = [line for line in markdown(brackets(find_pretrainings(str(study)))).splitlines()
+             if line.startswith("- mh_h48 (seed ")]
+    assert lines[1:] == [
+        "- mh_h48 (seed 1, 100 steps): best 1e-3 (5.9500); one rate: seed 0's bracketed "
+        "rate, at a second seed",
+        "- mh_h48 (seed 2, 100 steps): best 3e-4 (6.1200); one rate only: add a lower and a "
+        "higher one"]
+
+
 def test_the_rate_is_the_configs_and_a_schedule_is_a_row_of_its_own(tmp_path):
     study = tmp_path / "study"
     write_pretraining(study, "pretrain_h8_lr3e-4", 1e-3, 6.1)  # misnamed: config says 1e-3
