@@ -42,6 +42,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from training import results
@@ -350,7 +351,7 @@ def _loss(run: Pretraining) -> str:
     return "diverged" if run.diverged_at is None else f"diverged at step {run.diverged_at}"
 
 
-def _bracketed_at(bracket: Bracket, found: list[Bracket]) -> Bracket | None:
+def _bracketed_at(bracket: Bracket, found: Sequence[Bracket]) -> Bracket | None:
     """Another seed's bracket of the same row and schedule whose pick is this one-rate
     group's rate: the group is that seed's rate run again at a second seed (the study
     scripts' PRE_LR=best), not a grid to extend."""
@@ -363,7 +364,7 @@ def _bracketed_at(bracket: Bracket, found: list[Bracket]) -> Bracket | None:
 
 
 def verdict_line(bracket: Bracket, tie_nats: float = DEFAULT_TIE_NATS,
-                 found: list[Bracket] = ()) -> str:
+                 found: Sequence[Bracket] = ()) -> str:
     """One group's pick and verdict; `found` (every group) names another seed's bracket
     that a one-rate group repeats."""
     head = f"{bracket.row} (seed {bracket.seed}, {bracket.steps} steps)"
@@ -380,7 +381,7 @@ def verdict_line(bracket: Bracket, tie_nats: float = DEFAULT_TIE_NATS,
            "single_rate": "one rate only: add a lower and a higher one",
            "incomplete": f"so far ({sum(r.finished for r in bracket.runs)} of "
                          f"{len(bracket.runs)} rates finished)"}[bracket.verdict]
-    repeated = _bracketed_at(bracket, list(found))
+    repeated = _bracketed_at(bracket, found)
     if repeated is not None:
         say = f"one rate: seed {repeated.seed}'s bracketed rate, at a second seed"
     return f"{head}: {pick}; {say}"

@@ -38,15 +38,14 @@ def _summary_writer_class():
     torch for that one import leaves the writer on numpy, which is all this project logs;
     torch stays importable afterwards, and a process that imported it already keeps it.
     """
-    if "tensorboardX" in sys.modules or "torch" in sys.modules:
-        from tensorboardX import SummaryWriter
-
-        return SummaryWriter
-    sys.modules["torch"] = None  # `import torch` raises ImportError while this is set
+    hide = "torch" not in sys.modules
+    if hide:
+        sys.modules["torch"] = None  # `import torch` raises ImportError while this is set
     try:
         from tensorboardX import SummaryWriter
     finally:
-        del sys.modules["torch"]
+        if hide:
+            del sys.modules["torch"]
     return SummaryWriter
 
 
