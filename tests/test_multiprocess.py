@@ -22,6 +22,7 @@ from helpers import (
     write_run_corpus,
 )
 
+from analysis.runs import scalar_curve
 from training.pretrain import train_and_evaluate
 
 pytestmark = pytest.mark.slow  # train.py processes and pretraining runs
@@ -55,11 +56,7 @@ def two_processes(workdir: str, args: list[str]) -> list[str]:
 
 
 def losses(workdir: str) -> dict[int, float]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(workdir)
-    events.Reload()
-    return {e.step: e.value for e in events.Scalars("loss")}
+    return scalar_curve(workdir, "loss")
 
 
 @pytest.fixture(scope="module")
