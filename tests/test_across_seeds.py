@@ -18,6 +18,7 @@ BASE = [80.0, 81.0, 82.0, 80.5, 81.5, 80.2, 81.1, 82.3, 80.9, 81.7]
 CLEARLY_BETTER = [v + 3 + 0.1 * (i % 3) for i, v in enumerate(BASE)]
 UNSETTLED = [v + (2.0 if i % 2 else -1.6) for i, v in enumerate(BASE)]  # mean +0.2, wide
 CLEARLY_WORSE = [v - 3 - 0.1 * (i % 3) for i, v in enumerate(BASE)]
+WITHIN_A_TENTH = [v + (0.2 if i % 2 else -0.2) for i, v in enumerate(BASE)]  # mean 0, ±0.15
 
 
 def write_table(tmp_path, seed: int, th_scores: dict[str, list[float]]) -> str:
@@ -38,12 +39,14 @@ def write_table(tmp_path, seed: int, th_scores: dict[str, list[float]]) -> str:
 
 def test_the_rule_over_two_pretraining_seeds(tmp_path):
     seed0 = write_table(tmp_path, 0, {"identity": CLEARLY_BETTER, "fan_in": CLEARLY_BETTER,
-                                      "ref": CLEARLY_BETTER, "none": UNSETTLED})
+                                      "ref": CLEARLY_BETTER, "none": UNSETTLED,
+                                      "same": WITHIN_A_TENTH, "half": WITHIN_A_TENTH})
     seed1 = write_table(tmp_path, 1, {"identity": CLEARLY_BETTER, "fan_in": UNSETTLED,
-                                      "ref": CLEARLY_WORSE, "none": UNSETTLED})
+                                      "ref": CLEARLY_WORSE, "none": UNSETTLED,
+                                      "same": WITHIN_A_TENTH, "half": CLEARLY_BETTER})
     found = across_seeds.comparisons({0: seed0, 1: seed1})
     outcome = {c.b: c.outcome([0, 1]) for c in found}
-    assert [(c.a, c.task) for c in found] == [("mh_h48", "SST-2")] * 4
+    assert [(c.a, c.task) for c in found] == [("mh_h48", "SST-2")] * 6
     assert outcome == {
         "identity_h48": "identity_h48 better at every pretraining seed (2): an architecture "
                         "verdict",
@@ -52,6 +55,9 @@ def test_the_rule_over_two_pretraining_seeds(tmp_path):
         "ref_h48": "different verdicts across pretraining seeds (seed 0: ref_h48 better; "
                    "seed 1: mh_h48 better): no architecture verdict",
         "none_h48": "not settled at any pretraining seed: no architecture verdict",
+        "same_h48": "equivalent at every pretraining seed (2): an architecture verdict",
+        "half_h48": "different verdicts across pretraining seeds (seed 0: equivalent; seed 1: "
+                    "half_h48 better): no architecture verdict",
     }
     # Each seed's cell is its own table's test, not a new one.
     seed1_tests = {t["b"]: t for t in json.loads(open(seed1).read())["tests"]}
