@@ -46,10 +46,15 @@ class SeedTest:
 
     @property
     def settled(self) -> str:
-        """'A' or 'B' (that side better), 'equivalent', or '' (not settled)."""
+        """The architecture name of the better side, 'equivalent', or '' (not settled)."""
         if self.verdict.endswith(" better"):
-            return self.verdict.removesuffix(" better")
+            return architecture_name(self.verdict.removesuffix(" better"))
         return "equivalent" if self.verdict.startswith("equivalent") else ""
+
+
+def _words(settled: str) -> str:
+    """A seed's settled side as the verdict says it."""
+    return {"": "not settled", "equivalent": "equivalent"}.get(settled, f"{settled} better")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,31 +74,21 @@ class Comparison:
         if len(seeds) < 2:
             return "one pretraining seed: no architecture verdict"
         settled = {s: self.by_seed[s].settled for s in seeds}
-        sides = {self.side(v) for v in settled.values()}
-        if len(sides) == 1 and "" not in sides:
-            (side,) = sides
-            what = "equivalent" if side == "equivalent" else f"{side} better"
-            return f"{what} at every pretraining seed ({len(seeds)}): an architecture verdict"
-        if not any(settled.values()):
+        sides = set(settled.values()) - {""}
+        if not sides:
             return "not settled at any pretraining seed: no architecture verdict"
-        if len(sides - {""}) > 1:
-            listed = "; ".join(f"seed {s}: {self.describe(v)}" for s, v in settled.items())
+        if len(sides) > 1:
+            listed = "; ".join(f"seed {s}: {_words(v)}" for s, v in settled.items())
             return (f"different verdicts across pretraining seeds ({listed}): no architecture "
                     "verdict")
-        (side,) = sides - {""}
+        (side,) = sides
+        unsettled = [s for s, v in settled.items() if not v]
+        if not unsettled:
+            return (f"{_words(side)} at every pretraining seed ({len(seeds)}): an architecture "
+                    "verdict")
         at = [s for s, v in settled.items() if v]
-        what = "equivalent" if side == "equivalent" else f"{side} better"
-        return (f"{what} at pretraining seed {', '.join(map(str, at))} only, not settled at "
-                f"{', '.join(str(s) for s, v in settled.items() if not v)}: no architecture "
-                "verdict")
-
-    def side(self, settled: str) -> str:
-        """A seed's settled side as an architecture name ('' not settled)."""
-        return settled if settled in ("", "equivalent") else architecture_name(settled)
-
-    def describe(self, settled: str) -> str:
-        side = self.side(settled)
-        return {"": "not settled", "equivalent": "equivalent"}.get(side, f"{side} better")
+        return (f"{_words(side)} at pretraining seed {', '.join(map(str, at))} only, not "
+                f"settled at {', '.join(map(str, unsettled))}: no architecture verdict")
 
 
 def read_table(path: str) -> dict[str, Any]:
