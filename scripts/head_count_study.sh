@@ -55,7 +55,9 @@
 # multi-head at talking heads' FLOPs, 1.16x the steps at 48 heads, at its 4000-step rate:
 #   INIT=pretrained STEPS=4640 BRACKET_STEPS=4000 PRE_LR=best HEADS=48 VARIANTS=mh ...
 # TASK (default sst2) fine-tunes another GLUE task, e.g. a sentence pair (TASK=mrpc), into
-# OUT/TASK/h{H}/... with its own default table, on the same pretrainings.
+# OUT/TASK/h{H}/... with its own default table, on the same pretrainings. A task scored
+# by another metric than accuracy that has accuracy too (MRPC's and QQP's F1) lands its
+# rows and table scored by accuracy beside, in RESULTS/accuracy/.
 #
 # A finished pretraining (training.results --is_finished) is reused as it is, without
 # train.py's checks: another CORPUS needs another OUT (other STEPS go to train.py).
@@ -161,6 +163,18 @@ TASK_DIR="$OUT" TASK_SUFFIX=""
 if [[ "$TASK" != sst2 ]]; then TASK_DIR="$OUT/$TASK" TASK_SUFFIX="_$TASK"; fi
 # Rows and the default table of another pretraining rate, seed or task are named by it.
 RESULTS=${2:-docs/results/head_counts_$INIT$ROW_SUFFIX$TASK_SUFFIX}
+# The tables by the task's main metric, and by accuracy beside one that is not it (MRPC's
+# F1 rewards always answering "paraphrase": 81 F1 at 68% accuracy).
+METRICS=("")
+if "$PYTHON" -c "import sys, glue; t = glue.get_task(sys.argv[1])
+sys.exit(t.main_metric == 'accuracy' or 'accuracy' not in t.metric_names)" "$TASK" \
+    2>/dev/null; then  # an unknown TASK: eval_glue.py says so
+  METRICS+=(accuracy)
+fi
+scored_by() {  # scored_by METRIC: compare_finetuning.py's flag and the results folder
+  if [[ -z "$1" ]]; then METRIC_FLAG=() METRIC_RESULTS=$RESULTS
+  else METRIC_FLAG=(--metric "$1") METRIC_RESULTS=$RESULTS/$1; fi
+}
 # A long pretraining checkpoints every 250 steps (a killed one loses at most that) and
 # evaluates 8 times; a 1-step one once.
 CHECKPOINT_EVERY=$(( STEPS < 250 ? STEPS : 250 ))
@@ -263,13 +277,20 @@ if (( ${#PAIRS[@]} == 0 )); then
   # A part of the study (one variant): each row's scores land alone in RESULTS/rows/ROW,
   # so its table can pair them later from a clone without these workdirs
   # (scripts/compare_finetuning.py --row ROW=RESULTS/rows/ROW/table.json).
-  for (( i = 1; i < ${#ROWS[@]}; i += 2 )); do
-    "${RUN[@]}" "$PYTHON" scripts/compare_finetuning.py --row "${ROWS[i]}" \
-        --out "$RESULTS/rows/${ROWS[i]%%=*}"
+  for metric in "${METRICS[@]}"; do
+    scored_by "$metric"
+    for (( i = 1; i < ${#ROWS[@]}; i += 2 )); do
+      "${RUN[@]}" "$PYTHON" scripts/compare_finetuning.py --row "${ROWS[i]}" \
+          "${METRIC_FLAG[@]}" --out "$METRIC_RESULTS/rows/${ROWS[i]%%=*}"
+    done
+    echo "no pair among VARIANTS=$VARIANTS: no table; each row landed alone in" \
+        "$METRIC_RESULTS/rows/ (compare_finetuning.py --row" \
+        "ROW=$METRIC_RESULTS/rows/ROW/table.json ${METRIC_FLAG[*]})" >&2
   done
-  echo "no pair among VARIANTS=$VARIANTS: no table; each row landed alone in" \
-      "$RESULTS/rows/ (compare_finetuning.py --row ROW=$RESULTS/rows/ROW/table.json)" >&2
   exit 0
 fi
-"${RUN[@]}" "$PYTHON" scripts/compare_finetuning.py "${ROWS[@]}" "${PAIRS[@]}" "${TREND[@]}" \
-    --out "$RESULTS"
+for metric in "${METRICS[@]}"; do
+  scored_by "$metric"
+  "${RUN[@]}" "$PYTHON" scripts/compare_finetuning.py "${ROWS[@]}" "${PAIRS[@]}" "${TREND[@]}" \
+      "${METRIC_FLAG[@]}" --out "$METRIC_RESULTS"
+done

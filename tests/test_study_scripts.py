@@ -329,6 +329,25 @@ def test_head_count_study_runs_three_variants_per_head_count_on_one_grid(tmp_pat
         ["--row", f"th_fan_in_h{h}={out / f'h{h}' / 'th_fan_in'}",
          "--out", str(tables / "rows" / f"th_fan_in_h{h}")] for h in (8, 96)]
     assert alone.stderr.strip().startswith("no pair among VARIANTS=th_fan_in: no table")
+    # MRPC is scored by F1; its rows and table land scored by accuracy beside, so a clone
+    # without the workdirs can still pair them by either metric.
+    mrpc = subprocess.run(["bash", "scripts/head_count_study.sh", str(out), str(tables)],
+                          cwd=REPO, env=dict(env, VARIANTS="th_fan_in", TASK="mrpc", HEADS="8"),
+                          capture_output=True, text=True, timeout=60)
+    assert mrpc.returncode == 0, mrpc.stderr
+    landed = [shlex.split(x)[2:] for x in mrpc.stdout.splitlines() if "compare_finetuning" in x]
+    row = f"th_fan_in_h8={out / 'mrpc' / 'h8' / 'th_fan_in'}"
+    assert landed == [["--row", row, "--out", str(tables / "rows" / "th_fan_in_h8")],
+                      ["--row", row, "--metric", "accuracy",
+                       "--out", str(tables / "accuracy" / "rows" / "th_fan_in_h8")]]
+    both = subprocess.run(["bash", "scripts/head_count_study.sh", str(out), str(tables)],
+                          cwd=REPO, env=dict(env, TASK="mrpc", HEADS="8"),
+                          capture_output=True, text=True, timeout=60)
+    tabled = [shlex.split(x) for x in both.stdout.splitlines() if "compare_finetuning" in x]
+    assert [x[-2:] for x in tabled] == [["--out", str(tables)],
+                                        ["--out", str(tables / "accuracy")]]
+    assert tabled[1][-4:-2] == ["--metric", "accuracy"]
+    assert "--metric" not in tabled[0]
     wrong = subprocess.run(["bash", "scripts/head_count_study.sh"], cwd=REPO, text=True,
                            env=dict(env, VARIANTS="mh,th"), capture_output=True, timeout=60)
     assert wrong.returncode == 1
