@@ -285,7 +285,7 @@ if (( ${#PAIRS[@]} == 0 )); then
     done
     echo "no pair among VARIANTS=$VARIANTS: no table; each row landed alone in" \
         "$METRIC_RESULTS/rows/ (compare_finetuning.py --row" \
-        "ROW=$METRIC_RESULTS/rows/ROW/table.json ${METRIC_FLAG[*]})" >&2
+        "ROW=$METRIC_RESULTS/rows/ROW/table.json${metric:+ --metric $metric})" >&2
   done
   exit 0
 fi

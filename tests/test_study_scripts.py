@@ -347,6 +347,9 @@ def test_head_count_study_runs_three_variants_per_head_count_on_one_grid(tmp_pat
     assert [x[-2:] for x in tabled] == [["--out", str(tables)],
                                         ["--out", str(tables / "accuracy")]]
     assert tabled[1][-4:-2] == ["--metric", "accuracy"]
+    assert mrpc.stderr.splitlines()[-1].endswith(
+        "accuracy/rows/ROW/table.json --metric accuracy)")
+    assert alone.stderr.strip().endswith("rows/ROW/table.json)")
     assert "--metric" not in tabled[0]
     wrong = subprocess.run(["bash", "scripts/head_count_study.sh"], cwd=REPO, text=True,
                            env=dict(env, VARIANTS="mh,th"), capture_output=True, timeout=60)
