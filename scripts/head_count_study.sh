@@ -166,11 +166,10 @@ RESULTS=${2:-docs/results/head_counts_$INIT$ROW_SUFFIX$TASK_SUFFIX}
 # The tables by the task's main metric, and by accuracy beside one that is not it (MRPC's
 # F1 rewards always answering "paraphrase": 81 F1 at 68% accuracy).
 METRICS=("")
-if "$PYTHON" -c "import sys, glue; t = glue.get_task(sys.argv[1])
-sys.exit(t.main_metric == 'accuracy' or 'accuracy' not in t.metric_names)" "$TASK" \
-    2>/dev/null; then  # an unknown TASK: eval_glue.py says so
-  METRICS+=(accuracy)
-fi
+BESIDE=$("$PYTHON" -c "import sys, glue; t = glue.get_task(sys.argv[1])
+print('accuracy' if t.main_metric != 'accuracy' and 'accuracy' in t.metric_names else '')" \
+    "$TASK" 2>/dev/null) || BESIDE=""  # an unknown TASK: eval_glue.py says so
+if [[ -n "$BESIDE" ]]; then METRICS+=("$BESIDE"); fi
 scored_by() {  # scored_by METRIC: compare_finetuning.py's flag and the results folder
   if [[ -z "$1" ]]; then METRIC_FLAG=() METRIC_RESULTS=$RESULTS
   else METRIC_FLAG=(--metric "$1") METRIC_RESULTS=$RESULTS/$1; fi
