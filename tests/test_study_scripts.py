@@ -434,7 +434,9 @@ def test_head_count_study_trains_native_variants_and_slips_from_their_own_pretra
     assert [x[x.index("--workdir") + 1] for x in glue] == [
         str(out / "mrpc" / "h48" / "mh"), str(out / "mrpc" / "h48" / "nat_th_fan_in")]
     assert f"--config.init_from={out / 'pretrain_h48_nat_th_fan_in'}" in glue[1]
-    assert pair[-1][-2:] == ["--out", "docs/results/head_counts_pretrained_mrpc"]
+    assert [x[-2:] for x in pair[-2:]] == [  # by F1, MRPC's main metric, and accuracy
+        ["--out", "docs/results/head_counts_pretrained_mrpc"],
+        ["--out", "docs/results/head_counts_pretrained_mrpc/accuracy"]]
     assert "--config.checkpoint_every_steps=250" in only[0]  # a kill loses at most 250
     assert "--config.eval_every_steps=500" in only[0]
     assert not out.exists()
