@@ -4,6 +4,7 @@ nothing left to train changes nothing."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -11,9 +12,11 @@ import shutil
 import pytest
 from helpers import RUN_SENTENCES, tiny_run_config, write_run_corpus
 
+from training import run_environment
 from training.checkpoints import Checkpointer
 from training.pretrain import train_and_evaluate
 from training.pretrain_loop import TrainingError
+from training.results import RunStarts
 from training.workdir import WorkdirBusy, WorkdirLock
 
 pytestmark = pytest.mark.slow  # every test pretrains
@@ -195,3 +198,31 @@ def test_a_changed_step_count_on_resume_says_what_the_schedule_becomes(finished,
     assert f"already at step {STEPS + 10}, past num_train_steps={STEPS}" in out
     assert snapshot(workdir) == after and final["step"] == STEPS + 10
     assert "final metrics: step=" in out  # the saved record, printed
+
+
+def test_each_start_is_recorded_and_a_resume_elsewhere_says_what_changed(finished, tmp_path,
+                                                                         capsys):
+    """WORKDIR/environment.json keeps what each start ran on (training/run_environment.py),
+    so a resumed run that does not repeat an uninterrupted one can be traced."""
+    corpus, cache, _ = finished
+    workdir = copy_run(finished, tmp_path)
+    record = RunStarts.read(workdir)
+    assert [s["step"] for s in record.starts] == [0]
+    assert record.starts[0]["environment"] == run_environment.describe()
+    # As if the first steps had run under another jaxlib on another CPU.
+    with open(RunStarts.path(workdir)) as f:
+        saved = json.load(f)
+    saved["starts"][0]["environment"].update(jaxlib="0.0.1", host_cpu="Some Other CPU")
+    with open(RunStarts.path(workdir), "w") as f:
+        json.dump(saved, f)
+    capsys.readouterr()
+    train_and_evaluate(tiny_run_config(corpus, cache, steps=STEPS + 4, extend_schedule=True),
+                       workdir)
+    out = capsys.readouterr().out
+    jaxlib = importlib.metadata.version("jaxlib")
+    assert (f"warning: resuming at step {STEPS} in another environment than the start at "
+            f"step 0 (host_cpu Some Other CPU -> {run_environment.host_cpu()}; jaxlib 0.0.1 "
+            f"-> {jaxlib}): the run need not repeat an uninterrupted one bit for bit") in out
+    starts = RunStarts.read(workdir).starts
+    assert [s["step"] for s in starts] == [0, STEPS]
+    assert starts[1]["environment"] == run_environment.describe()

@@ -27,7 +27,16 @@ from models import BertForMaskedLM, ModelConfig
 from models.config import describe_attention
 from models.flops import flop_count
 from models.hf_export import EXPORTABLE_ATTENTION
-from training import checkpoints, hardware, metrics, results, sharding, steps, warm_start
+from training import (
+    checkpoints,
+    hardware,
+    metrics,
+    results,
+    run_environment,
+    sharding,
+    steps,
+    warm_start,
+)
 from training import workdir as workdir_lib
 from training.cli import Stopped
 from training.optimizer import make_optimizer
@@ -198,7 +207,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         return nothing_to_train(workdir, start, config)
     if plan.resuming:
         check_schedule(saved, config, start, workdir)
-    write_run_files(run, data)
+    write_run_files(run, data, start)
     return train(run, data, train_state, start, end, began)
 
 
@@ -349,9 +358,11 @@ def announce(run: Run, data: Any) -> None:
 
 
 # -- the run's files -------------------------------------------------------------------------
-def write_run_files(run: Run, data: Any) -> None:
+def write_run_files(run: Run, data: Any, start: int) -> None:
     if not is_main():
         return
+    for warning in run_environment.record_start(run.workdir, start):
+        metrics.console(warning)
     if not run.plan.resuming:
         # The run directory is self-contained: eval_glue.py reads WORKDIR/tokenizer.
         copy_tokenizer(data.tokenizer_dir, run.plan.run_tokenizer)

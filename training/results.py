@@ -12,6 +12,8 @@ A pretraining workdir (train.py --workdir):
   diverged.json           Diverged: the step whose loss or gradient was not finite, when
                           a run with nonfinite=error stopped there (nothing checkpointed
                           after it); removed when the run is started again
+  environment.json        RunStarts: each start that trained, its step, time and
+                          environment (training/run_environment.py)
 A GLUE workdir (eval_glue.py --workdir):
   TASK/lr{LR}_seed{S}/result.json   RunResult: one finished (task, lr, seed) run
   results.json            FineTuningResults: init, one TaskSummary per task, skipped tasks,
@@ -69,6 +71,7 @@ from common.files import write_json_atomic
 
 FINAL_METRICS = "final_metrics.json"
 DIVERGED = "diverged.json"
+RUN_STARTS = "environment.json"
 CHECKPOINTS = "checkpoints"  # a pretraining workdir's (training/checkpoints.py)
 RUN_CONFIG = "config.json"
 RUN_RESULT = "result.json"
@@ -214,6 +217,40 @@ class Diverged:
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> Diverged:
         return cls(int(value["step"]), int(value["seen_at"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStarts:
+    """WORKDIR/environment.json: one entry per start that trained (a fresh start, then
+    each resume), {"step": the step it started from, "time": UTC, "environment": the
+    fields of training/run_environment.describe()}, oldest first."""
+
+    starts: tuple[dict[str, Any], ...] = ()
+
+    @staticmethod
+    def path(workdir: str) -> str:
+        return os.path.join(workdir, RUN_STARTS)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"starts": list(self.starts)}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> RunStarts:
+        starts = tuple(value["starts"])
+        for start in starts:
+            int(start["step"]), dict(start["environment"])  # each entry must have both
+        return cls(starts)
+
+    @classmethod
+    def read(cls, workdir: str) -> RunStarts | None:
+        return _read(cls, cls.path(workdir))
+
+    def with_start(self, step: int, time_utc: str, environment: dict[str, str]) -> RunStarts:
+        return RunStarts((*self.starts, {"step": step, "time": time_utc,
+                                         "environment": environment}))
+
+    def write(self, workdir: str) -> None:
+        write_json_atomic(self.path(workdir), self.to_json())
 
 
 # -- fine-tuning -------------------------------------------------------------------------------
