@@ -16,8 +16,11 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+import time
 
 import jax
+
+from training.results import ResultsError, RunStarts
 
 # The packages whose versions change what a step computes or how it is compiled.
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "tokenizers")
@@ -33,15 +36,15 @@ NOT_COMPARED = ("commit",)
 
 def describe() -> dict[str, str]:
     """This process's environment, as strings (the record's values)."""
-    devices = jax.devices()
+    devices, cpu = jax.devices(), cpuinfo()
     env = {"python": platform.python_version()}
     env.update({name: package_version(name) for name in PACKAGES})
     env.update({
         "backend": jax.default_backend(),
         "devices": f"{len(devices)} x {devices[0].device_kind}, "
                    f"{jax.process_count()} process(es)",
-        "host_cpu": host_cpu(),
-        "cpu_features": cpu_features_digest(),
+        "host_cpu": host_cpu(cpu),
+        "cpu_features": cpu_features_digest(cpu),
         "cpus": str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                     else os.cpu_count()),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
@@ -58,26 +61,28 @@ def package_version(name: str) -> str:
         return "not installed"
 
 
-def _cpuinfo_field(name: str) -> str | None:
+def cpuinfo() -> dict[str, str]:
+    """/proc/cpuinfo's fields of its first processor (empty where there is none)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == name:
-                    return value.strip()
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return None
+    return fields
 
 
-def host_cpu() -> str:
-    return _cpuinfo_field("model name") or platform.processor() or platform.machine()
+def host_cpu(cpu: dict[str, str] | None = None) -> str:
+    cpu = cpuinfo() if cpu is None else cpu
+    return cpu.get("model name") or platform.processor() or platform.machine()
 
 
-def cpu_features_digest() -> str:
+def cpu_features_digest(cpu: dict[str, str]) -> str:
     """A short digest of the host's instruction-set flags: XLA's CPU code generation
     uses what the host offers (AVX-512 or not), so one CPU model name can hide two."""
-    flags = _cpuinfo_field("flags")
+    flags = cpu.get("flags")
     if flags is None:
         return "unknown"
     return hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
@@ -124,10 +129,6 @@ def record_start(workdir: str, step: int) -> list[str]:
     """Appends this start to WORKDIR/environment.json; returns the warning lines: a
     resume whose previous start ran in another environment, a resume with no record of
     the steps before it, a damaged record (set aside)."""
-    import time
-
-    from training.results import ResultsError, RunStarts
-
     now = describe()
     warnings = []
     try:
@@ -137,15 +138,14 @@ def record_start(workdir: str, step: int) -> list[str]:
         os.replace(RunStarts.path(workdir), aside)
         record = RunStarts()
         warnings.append(f"warning: {e}; moved to {aside}, a new record begun")
-    if step > 0 and record.starts:
-        before = record.starts[-1]
-        if changed := differences(before["environment"], now):
-            warnings.append(f"warning: resuming at step {step} in another environment than "
-                            f"the start at step {before['step']} ({'; '.join(changed)}): the "
-                            f"run need not repeat an uninterrupted one bit for bit")
-    elif step > 0:
+    before = record.starts[-1] if record.starts else None
+    if step > 0 and before is None:
         warnings.append(f"warning: resuming at step {step}; the environment of the steps "
                         f"before it is not recorded in {RunStarts.path(workdir)}")
+    elif step > 0 and (changed := differences(before["environment"], now)):
+        warnings.append(f"warning: resuming at step {step} in another environment than the "
+                        f"start at step {before['step']} ({'; '.join(changed)}): the run need "
+                        f"not repeat an uninterrupted one bit for bit")
     record.with_start(step, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), now
                       ).write(workdir)
     return warnings
