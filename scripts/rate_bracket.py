@@ -63,6 +63,15 @@ def define_flags() -> None:
                               "for them (repeatable; an existing --json is read so too)")
 
 
+def _grid_may_be_elsewhere(found, row: str) -> bool:
+    """Whether the row's grid at the asked seed lacks finished runs that a landed results
+    file could supply: no such row here, or fewer than three finished rates (a grid of
+    three that misses its bracket needs new rates, not landed ones)."""
+    matches = [b for b in found if b.row == row and b.seed == FLAGS.seed
+               and (FLAGS.steps is None or b.steps == FLAGS.steps)]
+    return not matches or any(sum(run.finished for run in b.runs) < 3 for b in matches)
+
+
 def print_best(found, rows: list[str]) -> int:
     """ROW RATE per bracketed row on stdout; an error line per other row, and a warning
     per pick within the tie margin, on stderr. The exit status."""
@@ -71,7 +80,10 @@ def print_best(found, rows: list[str]) -> int:
         try:
             bracket = bracketed(found, row, FLAGS.seed, FLAGS.steps, FLAGS.tie)
         except ValueError as e:
-            errors.append(f"error: {e}")
+            hint = "" if FLAGS.landed or not _grid_may_be_elsewhere(found, row) else (
+                "; runs landed elsewhere (a fresh clone's docs/results/) count with --landed "
+                "FILE (head_count_study.sh: LANDED_BRACKET=FILE)")
+            errors.append(f"error: {e}{hint}")
             continue
         if bracket.tie:
             print(f"warning: {row}: the runner-up is {bracket.runner_up_gap:.4f} nats "

@@ -266,6 +266,14 @@ def test_landing_again_keeps_what_landed_when_a_workdir_is_gone(tmp_path):
         find_pretrainings(str(study), ["mh_h48"]),
         landed_pretrainings(str(landed), ["mh_h48"]))[0]), "mh_h48", 0).best
     assert (best.learning_rate, best.landed_in) == (1e-3, str(landed))
+    # Without --landed the clone has one rerun still going: the error says where the
+    # grid's other runs can come from (the slip of a user who forgot LANDED_BRACKET).
+    forgot = run_script("rate_bracket.py", [f"--study={study}", "--best=mh_h48"])
+    assert (forgot.returncode, forgot.stdout) == (1, "")
+    assert forgot.stderr.strip().splitlines()[-1] == (
+        "error: --best mh_h48: not bracketed: mh_h48 (seed 0, 100 steps): no finished run "
+        "yet; runs landed elsewhere (a fresh clone's docs/results/) count with --landed FILE "
+        "(head_count_study.sh: LANDED_BRACKET=FILE)")
     fresh = run_script("rate_bracket.py", [f"--study={tmp_path / 'not_made_yet'}",
                                            "--best=mh_h48", f"--landed={landed}"])
     assert (fresh.returncode, fresh.stdout) == (0, "mh_h48 1e-3\n"), fresh.stderr
