@@ -320,12 +320,18 @@ def brackets(runs: list[Pretraining], tie_nats: float = DEFAULT_TIE_NATS) -> lis
     return [judge(*key, members, tie_nats) for key, members in sorted(groups.items())]
 
 
+def matching(found: list[Bracket], row: str, seed: int,
+             steps: int | None = None) -> list[Bracket]:
+    """A row's brackets at a seed (and schedule, when given): one per schedule."""
+    return [b for b in found if b.row == row and b.seed == seed
+            and (steps is None or b.steps == steps)]
+
+
 def bracketed(found: list[Bracket], row: str, seed: int, steps: int | None = None,
               tie_nats: float = DEFAULT_TIE_NATS) -> Bracket:
     """A row's bracket at a seed (and schedule, when given), when it brackets its best
     rate (its .best); ValueError saying why not."""
-    matches = [b for b in found if b.row == row and b.seed == seed
-               and (steps is None or b.steps == steps)]
+    matches = matching(found, row, seed, steps)
     at = f"seed {seed}" + ("" if steps is None else f", {steps} steps")
     if not matches:
         known = ", ".join(sorted({f"{b.row} ({b.steps} steps)" for b in found

@@ -38,6 +38,7 @@ from analysis.rate_bracket import (
     landed_pretrainings,
     landed_reruns_differ,
     markdown,
+    matching,
     rate_spelling,
     with_landed,
 )
@@ -67,8 +68,7 @@ def _grid_may_be_elsewhere(found, row: str) -> bool:
     """Whether the row's grid at the asked seed lacks finished runs that a landed results
     file could supply: no such row here, or fewer than three finished rates (a grid of
     three that misses its bracket needs new rates, not landed ones)."""
-    matches = [b for b in found if b.row == row and b.seed == FLAGS.seed
-               and (FLAGS.steps is None or b.steps == FLAGS.steps)]
+    matches = matching(found, row, FLAGS.seed, FLAGS.steps)
     return not matches or any(sum(run.finished for run in b.runs) < 3 for b in matches)
 
 
