@@ -202,3 +202,40 @@ def test_the_command_writes_both_files(tmp_path):
                           "--results", str(tmp_path / "none")], capture_output=True, text=True,
                          cwd=ROOT)
     assert bad.returncode == 1 and bad.stderr.startswith("error: ")
+
+
+@pytest.fixture(scope="module")
+def pending_report():
+    return h.report(h.collect(RESULTS, pending=True), RESULTS, pending=True)
+
+
+def test_pending_tables_stay_out_of_the_family_and_the_what_if_counts_them(report,
+                                                                           pending_report):
+    """Part 10's unfinished design is out of the document's family; --pending adds its
+    tables' tests after the others, each with its table's own p, and RESULTS quotes what
+    that would do (the family's size, the closest survivor's p) from the committed file."""
+    assert not [t for t in report["tests"] if t["part"] == "10"]
+    added = [t for t in pending_report["tests"] if t["part"] == "10"]
+    assert len(added) == sum(len(h.read_json(RESULTS, name)["tests"])
+                             for _, name, _ in h.PENDING)
+    assert pending_report["project_family_size"] == report["project_family_size"] + len(added)
+    assert pending_report["tests"][:len(report["tests"])][-1]["family"] == "key_size_cpu"
+    for t in added:
+        with open(os.path.join(ROOT, t["source"])) as f:
+            (recorded,) = [r for r in json.load(f)["tests"] if (r["a"], r["b"]) == (t["a"], t["b"])]
+        assert t["p"] == pytest.approx(recorded["p_t"], rel=1e-9)
+        assert t["p_table"] == pytest.approx(recorded["p_holm"], rel=1e-9)
+    with open(os.path.join(RESULTS, "holm_all_verdicts_pending.json")) as f:
+        assert json.load(f) == h.without_nan(pending_report)
+    with open(os.path.join(RESULTS, "holm_all_verdicts_pending.md"), encoding="utf-8") as f:
+        assert f.read() == h.markdown(pending_report)
+    with open(os.path.join(ROOT, "docs", "RESULTS.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## Every verdict under one family"):]
+    section = section[:section.index("\n## ", 1)]
+    assert f"{pending_report['project_family_size']} tests" in section
+    best_added = min(t["p_project"] for t in added)
+    assert h.fmt_p(best_added) in section
+    closest = min((t for t in pending_report["tests"] if t["p_project"] >= 0.05
+                   and t["family"].startswith("part 6")), key=lambda t: t["p_project"])
+    assert h.fmt_p(closest["p_project"]) in section
