@@ -69,10 +69,10 @@ PENDING = (
     ("10", "head_counts_pretrained_prebest_stsb", "the 96-head rows"),
     ("10", "head_counts_pretrained_prebest_seed1", "the 96-head rows"),
     ("10", "head_counts_pretrained_prebest_seed1_stsb", "the 96-head rows"),
-    ("10", "head_counts_pretrained_prebest_seed1_mrpc", "the rest of part 10 (final: MRPC "
-     "gave way to STS-B)"),
-    ("10", "head_counts_pretrained_prebest_seed1_mrpc/accuracy", "the rest of part 10 "
-     "(MRPC's accuracy beside its F1)"),
+    ("10", "head_counts_pretrained_prebest_seed1_mrpc", "the rest of part 10; final, MRPC "
+     "gave way to STS-B"),
+    ("10", "head_counts_pretrained_prebest_seed1_mrpc/accuracy", "the rest of part 10; MRPC's "
+     "accuracy beside its F1"),
 )
 
 
