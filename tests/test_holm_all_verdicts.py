@@ -198,6 +198,11 @@ def test_the_command_writes_both_files(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "all.md").read_text(encoding="utf-8") == done.stdout
     assert json.loads((tmp_path / "all.json").read_text())["project_family_size"] > 100
+    pending = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "holm_all_verdicts.py"),
+                              "--pending", "--out", str(tmp_path / "pending")],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert pending.returncode == 0, pending.stderr
+    assert json.loads((tmp_path / "pending.json").read_text())["pending"]["counted"] is True
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "holm_all_verdicts.py"),
                           "--results", str(tmp_path / "none")], capture_output=True, text=True,
                          cwd=ROOT)
@@ -219,7 +224,8 @@ def test_pending_tables_stay_out_of_the_family_and_the_what_if_counts_them(repor
     assert len(added) == sum(len(h.read_json(RESULTS, name)["tests"])
                              for _, name, _ in h.PENDING)
     assert pending_report["project_family_size"] == report["project_family_size"] + len(added)
-    assert pending_report["tests"][:len(report["tests"])][-1]["family"] == "key_size_cpu"
+    keys = [t["key"] for t in pending_report["tests"]]
+    assert keys[:len(report["tests"])] == [t["key"] for t in report["tests"]]
     for t in added:
         with open(os.path.join(ROOT, t["source"])) as f:
             (recorded,) = [r for r in json.load(f)["tests"] if (r["a"], r["b"]) == (t["a"], t["b"])]
@@ -234,8 +240,16 @@ def test_pending_tables_stay_out_of_the_family_and_the_what_if_counts_them(repor
     section = text[text.index("## Every verdict under one family"):]
     section = section[:section.index("\n## ", 1)]
     assert f"{pending_report['project_family_size']} tests" in section
+    assert f"the {len(added)} tests of part 10's {len(h.PENDING)} tables" in section
     best_added = min(t["p_project"] for t in added)
-    assert h.fmt_p(best_added) in section
-    closest = min((t for t in pending_report["tests"] if t["p_project"] >= 0.05
-                   and t["family"].startswith("part 6")), key=lambda t: t["p_project"])
-    assert h.fmt_p(closest["p_project"]) in section
+    assert best_added >= 0.05 and h.fmt_p(best_added) in section  # "none of them survives"
+    # What drops out of the survivors, with its p before and after; the rest stay.
+    before = {t["key"]: t["p_project"] for t in report["tests"] if t["p_project"] < 0.05}
+    after = {t["key"]: t["p_project"] for t in pending_report["tests"]
+             if t["p_project"] is not None and t["p_project"] < 0.05}
+    assert set(after) <= set(before)
+    dropped = [t for t in pending_report["tests"] if t["key"] in set(before) - set(after)]
+    assert [t["family"][:6] for t in dropped] == ["part 6"]
+    assert (f"({h.fmt_p(before[dropped[0]['key']])} → {h.fmt_p(dropped[0]['p_project'])})"
+            in section)
+    assert f"the other {len(after)} survivors stay" in section
