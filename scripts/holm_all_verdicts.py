@@ -497,10 +497,11 @@ def fmt_diff(c: Check) -> str:
     return f"{c.diff:+.{d}f}{ci}"
 
 
-def report(checks: list[Check], results: str, pending: bool = False) -> dict[str, Any]:
+def report(checks: list[Check], results: str) -> dict[str, Any]:
     families: dict[str, int] = {}
     for c in checks:
         families[c.family] = families.get(c.family, 0) + (not np.isnan(c.p))
+    pending_counted = any(name in families for _, name, _ in PENDING)
     return {
         "policy": {"alpha": ALPHA, "family": "one table (a trend, a Fisher test or a "
                    "comparison across tables: its own family)", "project_family":
@@ -509,7 +510,7 @@ def report(checks: list[Check], results: str, pending: bool = False) -> dict[str
         "project_family_size": project_family_size(checks),
         "families": families,
         "superseded_not_counted": SUPERSEDED,
-        "pending": {"counted": pending, "tables": {f"part {part}, {name}": missing
+        "pending": {"counted": pending_counted, "tables": {f"part {part}, {name}": missing
                                                     for part, name, missing in PENDING}},
         "tests": [{**dataclasses.asdict(c), "family_size": families[c.family],
                    "verdict_table": c.verdict(c.p_table),
@@ -607,7 +608,7 @@ def main(argv: list[str]) -> int:
                   "[--pending]", file=sys.stderr)
             return 1
     try:
-        rep = report(collect(results, pending), results, pending)
+        rep = report(collect(results, pending), results)
     except (OSError, KeyError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

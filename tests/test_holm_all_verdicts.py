@@ -71,6 +71,11 @@ def report():
     return h.report(h.collect(RESULTS), RESULTS)
 
 
+@pytest.fixture(scope="module")
+def pending_report():
+    return h.report(h.collect(RESULTS, pending=True), RESULTS)
+
+
 def in_family(report, family):
     return [t for t in report["tests"] if t["family"] == family]
 
@@ -123,16 +128,29 @@ def test_part9_fisher_refuses_a_missing_run(tmp_path):
         h.part9_majority_fisher(str(tmp_path))
 
 
+def assert_reproduces_its_file(t) -> None:
+    """A paired test of a fine-tuning table.json has the file's own p and Holm p."""
+    with open(os.path.join(ROOT, t["source"])) as f:
+        (recorded,) = [r for r in json.load(f)["tests"] if (r["a"], r["b"]) == (t["a"], t["b"])]
+    assert t["p"] == pytest.approx(recorded["p_t"], rel=1e-9)
+    assert t["p_table"] == pytest.approx(recorded["p_holm"], rel=1e-9)
+
+
+def results_section() -> str:
+    """docs/RESULTS.md's section "Every verdict under one family"."""
+    with open(os.path.join(ROOT, "docs", "RESULTS.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## Every verdict under one family"):]
+    return section[:section.index("\n## ", 1)]
+
+
 def test_the_paired_tables_reproduce_their_files(report):
     """Every paired test of a fine-tuning table.json has the file's own p and Holm p."""
     checked = 0
     for t in report["tests"]:
         if t["test"] != "paired t" or not t["source"].endswith("table.json"):
             continue
-        with open(os.path.join(ROOT, t["source"])) as f:
-            (recorded,) = [r for r in json.load(f)["tests"] if (r["a"], r["b"]) == (t["a"], t["b"])]
-        assert t["p"] == pytest.approx(recorded["p_t"], rel=1e-9)
-        assert t["p_table"] == pytest.approx(recorded["p_holm"], rel=1e-9)
+        assert_reproduces_its_file(t)
         checked += 1
     assert checked == 48  # 34, and part 9's 14 since it joined
 
@@ -155,10 +173,7 @@ def test_part6_by_welch(report):
 def test_the_numbers_results_states(report):
     """The project-wide family's size, and every test that survives it with its Holm p,
     as docs/RESULTS.md's section "Every verdict under one family" gives them."""
-    with open(os.path.join(ROOT, "docs", "RESULTS.md"), encoding="utf-8") as f:
-        text = f.read()
-    section = text[text.index("## Every verdict under one family"):]
-    section = section[:section.index("\n## ", 1)]
+    section = results_section()
     size = report["project_family_size"]
     assert f"{size} distinct tests" in section
     survivors = [t for t in report["tests"] if t["p_project"] is not None
@@ -183,11 +198,14 @@ def test_the_numbers_results_states(report):
     assert len(listed) >= len(survivors)
 
 
-def test_the_committed_files_are_current(report):
-    with open(os.path.join(RESULTS, "holm_all_verdicts.json")) as f:
-        assert json.load(f) == h.without_nan(report)
-    with open(os.path.join(RESULTS, "holm_all_verdicts.md"), encoding="utf-8") as f:
-        assert f.read() == h.markdown(report)
+@pytest.mark.parametrize("prefix, fixture", [("holm_all_verdicts", "report"),
+                                             ("holm_all_verdicts_pending", "pending_report")])
+def test_the_committed_files_are_current(prefix, fixture, request):
+    rep = request.getfixturevalue(fixture)
+    with open(os.path.join(RESULTS, prefix + ".json")) as f:
+        assert json.load(f) == h.without_nan(rep)
+    with open(os.path.join(RESULTS, prefix + ".md"), encoding="utf-8") as f:
+        assert f.read() == h.markdown(rep)
 
 
 @pytest.mark.slow  # the script in a subprocess
@@ -209,16 +227,11 @@ def test_the_command_writes_both_files(tmp_path):
     assert bad.returncode == 1 and bad.stderr.startswith("error: ")
 
 
-@pytest.fixture(scope="module")
-def pending_report():
-    return h.report(h.collect(RESULTS, pending=True), RESULTS, pending=True)
-
-
 def test_pending_tables_stay_out_of_the_family_and_the_what_if_counts_them(report,
                                                                            pending_report):
     """Part 10's unfinished design is out of the document's family; --pending adds its
     tables' tests after the others, each with its table's own p, and RESULTS quotes what
-    that would do (the family's size, the closest survivor's p) from the committed file."""
+    that would do (the family's size, the closest survivor's p)."""
     assert not [t for t in report["tests"] if t["part"] == "10"]
     added = [t for t in pending_report["tests"] if t["part"] == "10"]
     assert len(added) == sum(len(h.read_json(RESULTS, name)["tests"])
@@ -226,19 +239,10 @@ def test_pending_tables_stay_out_of_the_family_and_the_what_if_counts_them(repor
     assert pending_report["project_family_size"] == report["project_family_size"] + len(added)
     keys = [t["key"] for t in pending_report["tests"]]
     assert keys[:len(report["tests"])] == [t["key"] for t in report["tests"]]
+    assert pending_report["pending"]["counted"] and not report["pending"]["counted"]
     for t in added:
-        with open(os.path.join(ROOT, t["source"])) as f:
-            (recorded,) = [r for r in json.load(f)["tests"] if (r["a"], r["b"]) == (t["a"], t["b"])]
-        assert t["p"] == pytest.approx(recorded["p_t"], rel=1e-9)
-        assert t["p_table"] == pytest.approx(recorded["p_holm"], rel=1e-9)
-    with open(os.path.join(RESULTS, "holm_all_verdicts_pending.json")) as f:
-        assert json.load(f) == h.without_nan(pending_report)
-    with open(os.path.join(RESULTS, "holm_all_verdicts_pending.md"), encoding="utf-8") as f:
-        assert f.read() == h.markdown(pending_report)
-    with open(os.path.join(ROOT, "docs", "RESULTS.md"), encoding="utf-8") as f:
-        text = f.read()
-    section = text[text.index("## Every verdict under one family"):]
-    section = section[:section.index("\n## ", 1)]
+        assert_reproduces_its_file(t)
+    section = results_section()
     assert f"{pending_report['project_family_size']} tests" in section
     assert f"the {len(added)} tests of part 10's {len(h.PENDING)} tables" in section
     best_added = min(t["p_project"] for t in added)
