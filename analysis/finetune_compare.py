@@ -51,6 +51,11 @@ PROTOCOL = ("max_seq_length", "batch_size", "num_epochs", "max_train_examples",
 IDENTITY = "glue_identity.json"
 
 
+def best_rate(by_lr: dict[float, dict[int, float]]) -> float:
+    """The learning rate of the best mean dev score over fine-tuning seeds."""
+    return max(sorted(by_lr), key=lambda lr: np.mean(list(by_lr[lr].values())))
+
+
 @dataclasses.dataclass(frozen=True)
 class FineTuneRow:
     name: str
@@ -68,8 +73,7 @@ class FineTuneRow:
         return self.source.startswith(results.SCRATCH_START)
 
     def best_lr(self, task: str) -> float:
-        by_lr = self.scores[task]
-        return max(sorted(by_lr), key=lambda lr: np.mean(list(by_lr[lr].values())))
+        return best_rate(self.scores[task])
 
     def at_best(self, task: str) -> dict[int, float]:
         return self.scores[task][self.best_lr(task)]
@@ -97,32 +101,49 @@ def run_score(run: results.RunResult, run_dir: str, metric: str) -> float:
     return float(np.mean([values[metric] for values in run.dev.values()]))
 
 
-def read_landed_row(name: str, table: str, metric: str = "") -> FineTuneRow:
-    """Row NAME of a table.json written by to_json, scored by the same metric; ValueError
-    naming the file when it has no such row, another metric, or rows without their model
-    (a table written before rows carried it)."""
+def landed_row(name: str, table: str, metric: str = "", where: str = "") -> dict[str, Any]:
+    """Row NAME of a table.json written by to_json, as landed, when the table is scored by
+    the same metric; ValueError starting with `where` (default: the --row flag naming the
+    file) otherwise."""
+    where = where or f"--row {name}={table}"
     try:
         with open(table) as f:
             landed = json.load(f)
         by_name = {row["name"]: row for row in landed["rows"]}
     except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError: ValueError
-        raise ValueError(f"--row {name}={table}: not a table.json of "
-                         f"scripts/compare_finetuning.py ({type(e).__name__}: {e})") from None
+        raise ValueError(f"{where}: not a table.json of scripts/compare_finetuning.py "
+                         f"({type(e).__name__}: {e})") from None
     if name not in by_name:
-        raise ValueError(f"--row {name}={table}: no row {name} there (it has "
+        raise ValueError(f"{where}: no row {name} there (it has "
                          f"{', '.join(sorted(by_name))})")
-    row = by_name[name]
+    scored_by = landed.get("metric", "main")
+    if scored_by != (metric or "main"):
+        raise ValueError(f"{where}: scored by {scored_by}, not {metric or 'main'}")
+    return by_name[name]
+
+
+def landed_scores(row: dict[str, Any], where: str) -> dict[str, dict[float, dict[int, float]]]:
+    """A landed row's scores, task -> learning rate -> fine-tuning seed -> score (tables of
+    any age carry them; not all carry the model)."""
+    try:
+        return {task: {float(lr): {int(seed): float(v) for seed, v in by_seed.items()}
+                       for lr, by_seed in by_lr.items()}
+                for task, by_lr in row["scores"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{where}: row {row.get('name')} is damaged "
+                         f"({type(e).__name__}: {e})") from None
+
+
+def read_landed_row(name: str, table: str, metric: str = "") -> FineTuneRow:
+    """Row NAME of a table.json written by to_json, scored by the same metric; ValueError
+    naming the file when it has no such row, another metric, or rows without their model
+    (a table written before rows carried it)."""
+    row = landed_row(name, table, metric)
     if "model" not in row:
         raise ValueError(f"--row {name}={table}: its rows have no model (a table written "
                          f"before they carried it): give the workdir")
-    scored_by = landed.get("metric", "main")
-    if scored_by != (metric or "main"):
-        raise ValueError(f"--row {name}={table}: scored by {scored_by}, not "
-                         f"{metric or 'main'}")
+    scores = landed_scores(row, f"--row {name}={table}")
     try:
-        scores = {task: {float(lr): {int(seed): float(v) for seed, v in by_seed.items()}
-                         for lr, by_seed in by_lr.items()}
-                  for task, by_lr in row["scores"].items()}
         return FineTuneRow(name, row["workdir"], row["source"],
                            ModelConfig.from_config(row["model"]),
                            {k: row["protocol"].get(k) for k in PROTOCOL}, scores, metric,
@@ -269,6 +290,108 @@ def trend_tests(rows: list[FineTuneRow], points: list[tuple[str, str, float]], l
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class ChangeTest:
+    """Has B - A moved between another study (a landed table) and this one? Welch's t of
+    this table's per-seed differences against that table's: the two studies share no
+    checkpoint and no fine-tuning run, so their differences pair with nothing."""
+    task: str
+    a: str
+    b: str
+    table: str  # the landed table.json the pair's differences are compared against
+    here: tuple[float, ...]  # B - A per fine-tuning seed, each row at its best rate here
+    there: tuple[float, ...]  # the same in the landed table
+    diff: float  # mean here - mean there
+    ci: tuple[float, float]  # 95% Welch interval
+    p: float
+    df: float
+    protocol_changes: tuple[str, ...]  # the fine-tuning protocol's fields that differ
+    p_holm: float = float("nan")  # over the table's change tests
+
+    def verdict(self, alpha: float) -> str:
+        if self.p_holm < alpha:
+            return "changed (" + ("+" if self.diff > 0 else "−") + ")"
+        return "not settled"
+
+
+def parse_change(specs: list[str], names: set[str]) -> list[tuple[str, str, str]]:
+    """--change A:B@TABLE,...: the pairs whose differences are compared with the same
+    rows' differences in a landed table.json."""
+    changes = []
+    for spec in specs:
+        pair, sep, table = spec.partition("@")
+        if not sep or not table:
+            raise ValueError(f"--change {spec!r}: use A:B@TABLE.json (e.g. "
+                             f"mh_h8:mh_h96@docs/results/head_counts_pretrained/table.json)")
+        try:
+            (a, b), = stats.parse_pairs([pair], names)
+        except ValueError:
+            raise ValueError(f"--change {spec!r}: A and B must be two rows of the table "
+                             f"({sorted(names)})") from None
+        changes.append((a, b, table))
+    return changes
+
+
+def change_tests(rows: list[FineTuneRow], changes: list[tuple[str, str, str]]
+                 ) -> list[ChangeTest | str]:
+    """Per pair and every task both studies ran: B - A per fine-tuning seed at each row's
+    best rate in its own study, this table's against the landed table's rows of the same
+    names (scored by the same metric), Welch's t; Holm over them all. A
+    pair that cannot be tested gets the reason instead. Each side's differences come from
+    one pair of starts, so a change speaks for these checkpoints, as the pairs do."""
+    by_name = {r.name: r for r in rows}
+    metric = rows[0].metric
+    found: list[ChangeTest | str] = []
+    for a, b, table in changes:
+        where = f"--change {a}:{b}@{table}"
+        there_rows = [landed_row(n, table, metric, where) for n in (a, b)]
+        there_a, there_b = (landed_scores(row, where) for row in there_rows)
+        here_a, here_b = by_name[a].scores, by_name[b].scores
+        tasks = sorted(set(here_a) & set(here_b) & set(there_a) & set(there_b))
+        if not tasks:
+            found.append(f"{a}:{b} against {table}: no task ran in both studies")
+        protocol = there_rows[0].get("protocol") or {}
+        moved = tuple(k for k in PROTOCOL if by_name[a].protocol[k] != protocol.get(k))
+        for task in tasks:
+            sides = []
+            for by_lr_a, by_lr_b in ((here_a[task], here_b[task]), (there_a[task], there_b[task])):
+                va, vb = by_lr_a[best_rate(by_lr_a)], by_lr_b[best_rate(by_lr_b)]
+                sides.append(tuple(vb[s] - va[s] for s in sorted(set(va) & set(vb))))
+            here, there = sides
+            if min(len(here), len(there)) < 2 or np.ptp(here + there) == 0:
+                found.append(f"{a}:{b} on {task} against {table}: needs two or more paired "
+                             f"seeds on each side and some spread ({len(here)} here, "
+                             f"{len(there)} there)")
+                continue
+            diff, ci, p, df = stats.welch(list(there), list(here))
+            found.append(ChangeTest(task, a, b, table, here, there, diff, ci, p, df, moved))
+    tested = [c for c in found if isinstance(c, ChangeTest)]
+    adjusted = iter(stats.holm([c.p for c in tested]))
+    return [dataclasses.replace(c, p_holm=next(adjusted)) if isinstance(c, ChangeTest)
+            else c for c in found]
+
+
+def change_markdown(changes: list[ChangeTest | str], alpha: float, metric: str = "") -> str:
+    lines = []
+    tested = sum(isinstance(c, ChangeTest) for c in changes)
+    for c in changes:
+        if isinstance(c, str):
+            lines.append(f"Change: not tested: {c}.")
+            continue
+        moved = (f" The two studies' fine-tuning protocols differ in "
+                 f"{', '.join(c.protocol_changes)}: part of what changed." if
+                 c.protocol_changes else "")
+        lines.append(
+            f"Change ({score_label(c.task, metric)}): {c.b} − {c.a} here minus the same "
+            f"in {c.table} = {c.diff:+.2f} points ({np.mean(c.here):+.2f} over {len(c.here)} "
+            f"fine-tuning seeds here, {np.mean(c.there):+.2f} over {len(c.there)} there; 95% "
+            f"Welch interval [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}], df {c.df:.1f}, p = {c.p:.2g}, "
+            f"Holm over {tested} change test{'s' * (tested != 1)} p = {c.p_holm:.2g}; Welch "
+            f"because the studies share no checkpoint; each side is one pair of starts): "
+            f"{c.verdict(alpha)}.{moved}")
+    return "\n\n".join(lines)
+
+
 # Why the trend's samples are independent, by unit.
 TREND_UNITS = {
     stats.PER_SEED: "each seed's difference counts as independent: every seed draws its "
@@ -340,7 +463,8 @@ def spread_note(rows: list[FineTuneRow]) -> str:
 
 
 def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
-           trends: list[tuple[str, stats.TrendTest | str]] = ()) -> str:
+           trends: list[tuple[str, stats.TrendTest | str]] = (),
+           changes: list[ChangeTest | str] = ()) -> str:
     protocol = ", ".join(f"{k}={v}" for k, v in rows[0].protocol.items() if v is not None)
     margin = tests[0].metric.margin if tests else Metric.margin
     return "\n\n".join([
@@ -356,12 +480,14 @@ def render(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
                           "NAME=this table.json)." if len(rows) == 1 else
                           "no pair shares a task at two or more fine-tuning seeds.")]),
         *([trend_markdown(trends, alpha, rows[0].metric)] if trends else []),
+        *([change_markdown(changes, alpha, rows[0].metric)] if changes else []),
     ]) + "\n"
 
 
 def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float,
-            trends: list[tuple[str, stats.TrendTest | str]] = ()) -> str:
-    return json.dumps({
+            trends: list[tuple[str, stats.TrendTest | str]] = (),
+            changes: list[ChangeTest | str] = ()) -> str:
+    landed: dict[str, Any] = {
         "metric": rows[0].metric or "main",
         "rows": [{"name": r.name, "workdir": r.workdir, "source": r.source,
                   "attention": registry.get(r.model.attention).label(r.model), "params": r.params,
@@ -378,4 +504,12 @@ def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float
                    {"task": task, "label": t.label, "x": list(t.xs), "diffs": list(t.diffs),
                     "unit": t.unit, "slope_per_doubling": t.slope, "ci": list(t.ci),
                     "p": t.p, "verdict": t.verdict(alpha)} for task, t in trends],
-    }, indent=1)
+    }
+    if changes:  # tables written without --change keep their layout
+        landed["changes"] = [
+            {"not_tested": c} if isinstance(c, str) else
+            {"task": c.task, "a": c.a, "b": c.b, "against": c.table, "here": list(c.here),
+             "there": list(c.there), "diff": c.diff, "ci": list(c.ci), "df": c.df,
+             "p_welch": c.p, "p_holm": c.p_holm, "protocol_changes": list(c.protocol_changes),
+             "verdict": c.verdict(alpha)} for c in changes]
+    return json.dumps(landed, indent=1)

@@ -97,6 +97,17 @@ class PairedTest:
 MIN_BOOTSTRAP_N = 10
 
 
+def welch(va: list[float], vb: list[float]) -> tuple[float, tuple[float, float], float, float]:
+    """Welch's t of B against A, for two samples that share no draw (e.g. two rows whose
+    encoders were drawn apart): (mean B - mean A, its 95% Welch interval, p,
+    Welch-Satterthwaite df), as scipy.stats.ttest_ind(equal_var=False) gives them."""
+    b, a = np.asarray(vb, float), np.asarray(va, float)
+    result = scipy.stats.ttest_ind(b, a, equal_var=False)
+    low, high = result.confidence_interval(0.95)
+    return (float(b.mean() - a.mean()), (float(low), float(high)), float(result.pvalue),
+            float(result.df))
+
+
 def holm(pvalues: list[float]) -> list[float]:
     """Holm's step-down adjusted p-values (nan stays nan and is not counted): controls
     the family-wise error rate over the tests of one table."""

@@ -7,6 +7,9 @@ by fine-tuning seed with Holm's correction over the table.
   ... --trend mh_h8:th_h8@8 --trend mh_h96:th_h96@96 --trend_label "th - mh"
       # does th - mh change with the head count? (slope per doubling, one test per task)
   ... --metric accuracy     # every task by dev accuracy (MRPC's main metric is F1)
+  ... --change mh_h8:mh_h96@docs/results/head_counts_pretrained/table.json
+      # has mh_h96 - mh_h8 moved since that study? (Welch's t on the per-seed
+      # differences, one test per task both ran, Holm over the change tests)
 
 Writes DIR/table.md and DIR/table.json (each complete or not at all). A row may be read
 from such a table.json instead of its workdir (--row NAME=DIR/table.json: its row NAME),
@@ -40,6 +43,9 @@ def define_flags() -> None:
     flags.DEFINE_multi_string("trend", [], "A:B@X: regress the pairs' differences B - A on "
                               "log2(X) (e.g. per head count; one test per task)")
     flags.DEFINE_string("trend_label", "B - A", "the trend's difference in words")
+    flags.DEFINE_multi_string("change", [], "A:B@TABLE.json: is B - A here different from "
+                              "B - A of the same rows in a landed table (another study)? "
+                              "Welch's t on the per-seed differences, one test per task")
     flags.DEFINE_string("metric", "", "a dev metric to score every task by (e.g. accuracy "
                         "beside MRPC's F1); default: each task's main metric")
     flags.DEFINE_string("out", None, "directory for table.md and table.json")
@@ -63,13 +69,16 @@ def main(argv: list[str]) -> None:
         trends = (finetune_compare.trend_tests(
             rows, finetune_compare.parse_trend(FLAGS.trend, set(names)), FLAGS.trend_label)
             if FLAGS.trend else [])
+        changes = (finetune_compare.change_tests(
+            rows, finetune_compare.parse_change(FLAGS.change, set(names)))
+            if FLAGS.change else [])
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
     os.makedirs(FLAGS.out, exist_ok=True)
-    markdown = finetune_compare.render(rows, tests, FLAGS.alpha, trends)
-    for name, text in (("table.md", markdown),
-                       ("table.json", finetune_compare.to_json(rows, tests, FLAGS.alpha, trends))):
+    markdown = finetune_compare.render(rows, tests, FLAGS.alpha, trends, changes)
+    landed = finetune_compare.to_json(rows, tests, FLAGS.alpha, trends, changes)
+    for name, text in (("table.md", markdown), ("table.json", landed)):
         write_text_atomic(os.path.join(FLAGS.out, name), text)
         print(f"wrote {os.path.join(FLAGS.out, name)}")
     print(markdown)

@@ -45,6 +45,7 @@ import numpy as np
 import scipy.stats
 
 from analysis import stats
+from analysis.stats import welch
 from common.files import write_json_atomic, write_text_atomic
 
 ALPHA = 0.05
@@ -110,17 +111,6 @@ class Check:
 
 
 # -- tests --------------------------------------------------------------------------------
-def welch(va: list[float], vb: list[float]) -> tuple[float, tuple[float, float], float, float]:
-    """(mean B - mean A, its 95% Welch interval, Welch's p, Welch-Satterthwaite df)."""
-    a, b = np.asarray(va, float), np.asarray(vb, float)
-    sa, sb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    df = (sa + sb) ** 2 / (sa ** 2 / (len(a) - 1) + sb ** 2 / (len(b) - 1))
-    half = float(scipy.stats.t.ppf(0.975, df) * np.sqrt(sa + sb))
-    diff = float(b.mean() - a.mean())
-    p = float(scipy.stats.ttest_ind(b, a, equal_var=False).pvalue)
-    return diff, (diff - half, diff + half), p, float(df)
-
-
 def unit_of(metric: str) -> str:
     return "nats" if metric == "MLM loss" else "steps" if metric.startswith("steps") else "points"
 

@@ -295,3 +295,71 @@ def test_a_row_read_back_from_its_table_pairs_as_its_workdir_does(tmp_path):
     with pytest.raises(ValueError, match=r"not a table.json of scripts/compare_finetuning.py "
                                          r"\(JSONDecodeError"):
         finetune_compare.read_row("a", str(table))
+
+
+def test_a_change_since_a_landed_study_is_welch_on_each_sides_per_seed_differences(tmp_path):
+    """--change A:B@TABLE: B - A per fine-tuning seed at each row's best rate in its own
+    study, here against there, Welch's t (the studies share no checkpoint), Holm over the
+    change tests; a table landed before rows carried their model still serves."""
+    there_scores = {  # 5 seeds; h8's best rate differs from here's
+        "h8": {1e-3: [80.0, 81.0, 79.5, 80.5, 81.5], 3e-3: [70.0, 71.0, 72.0, 70.0, 71.0]},
+        "h96": {1e-3: [79.0, 80.5, 79.0, 79.5, 80.0]},
+        "h48": {1e-3: [80.2, 80.8, 79.9, 80.4, 81.6]}}
+    here_scores = {  # 10 seeds
+        "h8": {1e-3: [83.0, 82.0, 84.0, 83.5, 82.5, 83.0, 84.5, 82.0, 83.0, 83.5],
+               3e-3: [84.0, 85.0, 83.0, 84.5, 86.0, 85.5, 84.0, 85.0, 84.5, 85.0]},
+        "h96": {1e-3: [80.0, 81.0, 79.0, 80.5, 82.0, 80.0, 81.5, 79.5, 80.0, 81.0]},
+        "h48": {1e-3: [84.1, 85.2, 83.0, 84.4, 86.3, 85.4, 84.1, 84.9, 84.6, 85.2]}}
+    there_rows = finetune_compare.parse_rows(
+        [f"{n}={write_workdir(tmp_path / 'there' / n, s, num_epochs=3.0)}"
+         for n, s in there_scores.items()])
+    table = tmp_path / "there.json"
+    landed = json.loads(finetune_compare.to_json(there_rows, [], 0.05))
+    for row in landed["rows"]:
+        del row["model"]  # as part 7's table was written
+    table.write_text(json.dumps(landed))
+    rows = finetune_compare.parse_rows([f"{n}={write_workdir(tmp_path / 'here' / n, s)}"
+                                        for n, s in here_scores.items()])
+
+    changes = finetune_compare.change_tests(
+        rows, finetune_compare.parse_change([f"h8:h96@{table}", f"h8:h48@{table}"],
+                                            {r.name for r in rows}))
+    assert [(c.a, c.b, c.task) for c in changes] == [("h8", "h96", "SST-2"),
+                                                     ("h8", "h48", "SST-2")]
+    for change, b in zip(changes, ("h96", "h48"), strict=True):
+        here = np.subtract(here_scores[b][1e-3], here_scores["h8"][3e-3])  # best: 3e-3
+        there = np.subtract(there_scores[b][1e-3], there_scores["h8"][1e-3])  # best: 1e-3
+        assert change.here == pytest.approx(here) and change.there == pytest.approx(there)
+        assert change.p == pytest.approx(scipy.stats.ttest_ind(here, there,
+                                                               equal_var=False).pvalue)
+        # Welch's interval by hand: Welch-Satterthwaite degrees of freedom.
+        va, vb = here.var(ddof=1) / 10, there.var(ddof=1) / 5
+        df = (va + vb) ** 2 / (va ** 2 / 9 + vb ** 2 / 4)
+        half = scipy.stats.t.ppf(0.975, df) * np.sqrt(va + vb)
+        diff = here.mean() - there.mean()
+        assert (change.diff, change.df) == pytest.approx((diff, df))
+        assert change.ci == pytest.approx((diff - half, diff + half))
+        assert change.protocol_changes == ("num_epochs",)
+    low, high = sorted(changes, key=lambda c: c.p)
+    assert low.p_holm == pytest.approx(min(1, 2 * low.p))
+    assert high.p_holm == pytest.approx(max(low.p_holm, high.p))
+    by_b = {c.b: c for c in changes}
+    assert by_b["h96"].verdict(0.05) == "changed (−)"  # −4.2 here against −1.1 there
+    assert by_b["h48"].verdict(0.05) == "not settled"  # about 0 on both sides
+
+    text = finetune_compare.render(rows, finetune_compare.run_tests(rows, [("h8", "h96")]),
+                                   0.05, changes=changes)
+    assert f"Change (SST-2 dev): h96 − h8 here minus the same in {table} = " in text
+    assert "Holm over 2 change tests" in text and "differ in num_epochs" in text
+    written = json.loads(finetune_compare.to_json(rows, [], 0.05, changes=changes))
+    assert [c["verdict"] for c in written["changes"]] == ["changed (−)", "not settled"]
+    assert "changes" not in json.loads(finetune_compare.to_json(rows, [], 0.05))
+
+    landed["rows"] = [row for row in landed["rows"] if row["name"] != "h96"]
+    table.write_text(json.dumps(landed))
+    with pytest.raises(ValueError, match=rf"--change h8:h96@{table}: no row h96 there"):
+        finetune_compare.change_tests(rows, [("h8", "h96", str(table))])
+    with pytest.raises(ValueError, match=r"--change 'h8:h96': use A:B@TABLE.json"):
+        finetune_compare.parse_change(["h8:h96"], {"h8", "h96"})
+    with pytest.raises(ValueError, match=r"A and B must be two rows of the table"):
+        finetune_compare.parse_change([f"h8:h2@{table}"], {"h8", "h96"})
