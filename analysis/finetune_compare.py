@@ -24,6 +24,11 @@ Holm's correction over every test of the table (one table, one family), "B bette
 lies inside 0.5 points (the papers' effect sizes), else "not settled". Parameters and
 forward GFLOPs per token (at the protocol's max_seq_length) of both rows sit beside each
 pair.
+
+A change (--change A:B@TABLE) asks whether B - A here differs from the same rows' B - A
+in another study's landed table: Welch's t on the two sides' per-seed differences (the
+studies share no checkpoint), Holm over the table's change tests, a family apart from
+its pairs.
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ PROTOCOL = ("max_seq_length", "batch_size", "num_epochs", "max_train_examples",
 IDENTITY = "glue_identity.json"
 
 
+# task -> learning rate -> fine-tuning seed -> dev score
+ScoresByTask = dict[str, dict[float, dict[int, float]]]
+
+
 def best_rate(by_lr: dict[float, dict[int, float]]) -> float:
     """The learning rate of the best mean dev score over fine-tuning seeds."""
     return max(sorted(by_lr), key=lambda lr: np.mean(list(by_lr[lr].values())))
@@ -64,7 +73,7 @@ class FineTuneRow:
     model: ModelConfig
     protocol: dict[str, Any]
     # task -> learning rate -> fine-tuning seed -> dev score (the metric's)
-    scores: dict[str, dict[float, dict[int, float]]]
+    scores: ScoresByTask
     metric: str = ""  # a dev metric's name; "": each task's main one
     landed_in: str | None = None  # the table.json it was read from, if not its workdir
 
@@ -122,13 +131,15 @@ def landed_row(name: str, table: str, metric: str = "", where: str = "") -> dict
     return by_name[name]
 
 
-def landed_scores(row: dict[str, Any], where: str) -> dict[str, dict[float, dict[int, float]]]:
-    """A landed row's scores, task -> learning rate -> fine-tuning seed -> score (tables of
-    any age carry them; not all carry the model)."""
+def landed_scores(row: dict[str, Any], where: str) -> ScoresByTask:
+    """A landed row's scores (tables of any age carry them; not all carry the model)."""
     try:
-        return {task: {float(lr): {int(seed): float(v) for seed, v in by_seed.items()}
-                       for lr, by_seed in by_lr.items()}
-                for task, by_lr in row["scores"].items()}
+        scores = {task: {float(lr): {int(seed): float(v) for seed, v in by_seed.items()}
+                         for lr, by_seed in by_lr.items()}
+                  for task, by_lr in row["scores"].items()}
+        if not scores or not all(by_lr and all(by_lr.values()) for by_lr in scores.values()):
+            raise ValueError("a task or learning rate without scores")
+        return scores
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{where}: row {row.get('name')} is damaged "
                          f"({type(e).__name__}: {e})") from None
@@ -164,7 +175,7 @@ def read_row(name: str, workdir: str, metric: str = "") -> FineTuneRow:
         raise ValueError(f"--row {name}={workdir}: no {IDENTITY} (not an eval_glue.py or "
                          f"eval_squad.py workdir, or nothing has run there yet)")
     identity = results.read_json(path)
-    scores: dict[str, dict[float, dict[int, float]]] = {}
+    scores: ScoresByTask = {}
     for run_dir in sorted(glob.glob(os.path.join(workdir, "*", "lr*_seed*"))):
         run = results.RunResult.read(run_dir)
         if run is not None:  # unfinished runs have no result.json yet
@@ -291,21 +302,37 @@ def trend_tests(rows: list[FineTuneRow], points: list[tuple[str, str, float]], l
 
 
 @dataclasses.dataclass(frozen=True)
+class Change:
+    """--change A:B@TABLE[=A0:B0]: rows A and B here, rows A0 and B0 (default: A and B)
+    of a landed table.json."""
+    a: str
+    b: str
+    table: str
+    there_a: str
+    there_b: str
+
+    @property
+    def spec(self) -> str:
+        renamed = ((self.there_a, self.there_b) != (self.a, self.b))
+        return (f"{self.a}:{self.b}@{self.table}" +
+                (f"={self.there_a}:{self.there_b}" if renamed else ""))
+
+
+@dataclasses.dataclass(frozen=True)
 class ChangeTest:
     """Has B - A moved between another study (a landed table) and this one? Welch's t of
     this table's per-seed differences against that table's: the two studies share no
     checkpoint and no fine-tuning run, so their differences pair with nothing."""
     task: str
-    a: str
-    b: str
-    table: str  # the landed table.json the pair's differences are compared against
+    change: Change
     here: tuple[float, ...]  # B - A per fine-tuning seed, each row at its best rate here
-    there: tuple[float, ...]  # the same in the landed table
+    there: tuple[float, ...]  # B0 - A0 the same way in the landed table
     diff: float  # mean here - mean there
     ci: tuple[float, float]  # 95% Welch interval
     p: float
     df: float
-    protocol_changes: tuple[str, ...]  # the fine-tuning protocol's fields that differ
+    # what else differs between the studies' fine-tuning: PROTOCOL fields, rate grids
+    protocol_changes: tuple[str, ...]
     p_holm: float = float("nan")  # over the table's change tests
 
     def verdict(self, alpha: float) -> str:
@@ -314,57 +341,82 @@ class ChangeTest:
         return "not settled"
 
 
-def parse_change(specs: list[str], names: set[str]) -> list[tuple[str, str, str]]:
-    """--change A:B@TABLE,...: the pairs whose differences are compared with the same
-    rows' differences in a landed table.json."""
-    changes = []
+def parse_change(specs: list[str], names: set[str]) -> list[Change]:
+    """--change A:B@TABLE[=A0:B0],...: the pairs whose differences are compared with the
+    differences of rows A0 and B0 (default: the same names) in a landed table.json."""
+    changes: list[Change] = []
     for spec in specs:
-        pair, sep, table = spec.partition("@")
-        if not sep or not table:
-            raise ValueError(f"--change {spec!r}: use A:B@TABLE.json (e.g. "
+        pair, sep, rest = spec.partition("@")
+        table, renamed, there_pair = rest.partition("=")
+        there = there_pair.split(":") if renamed else pair.split(":")
+        if not sep or not table or len(there) != 2 or not all(there):
+            raise ValueError(f"--change {spec!r}: use A:B@TABLE.json, or A:B@TABLE.json=A0:B0 "
+                             f"where the landed rows are named otherwise (e.g. "
                              f"mh_h8:mh_h96@docs/results/head_counts_pretrained/table.json)")
         try:
             (a, b), = stats.parse_pairs([pair], names)
         except ValueError:
             raise ValueError(f"--change {spec!r}: A and B must be two rows of the table "
                              f"({sorted(names)})") from None
-        changes.append((a, b, table))
+        change = Change(a, b, table, there[0], there[1])
+        if any({c.a, c.b} == {a, b} and c.table == table for c in changes):
+            raise ValueError(f"--change {spec!r}: this pair against this table is given "
+                             f"twice (its test would count twice)")
+        changes.append(change)
     return changes
 
 
-def change_tests(rows: list[FineTuneRow], changes: list[tuple[str, str, str]]
-                 ) -> list[ChangeTest | str]:
-    """Per pair and every task both studies ran: B - A per fine-tuning seed at each row's
-    best rate in its own study, this table's against the landed table's rows of the same
-    names (scored by the same metric), Welch's t; Holm over them all. A
-    pair that cannot be tested gets the reason instead. Each side's differences come from
-    one pair of starts, so a change speaks for these checkpoints, as the pairs do."""
+def fine_tuning_differences(protocol: dict[str, Any], landed_protocol: Any,
+                            here: dict[str, ScoresByTask], there: dict[str, ScoresByTask],
+                            change: Change) -> tuple[str, ...]:
+    """What else the two studies' fine-tuning differs in: each PROTOCOL field, and each
+    task's learning-rate grid of either row (a row's best rate is picked from it)."""
+    if not isinstance(landed_protocol, dict):
+        return ("the fine-tuning protocol (the landed table does not record it)",)
+    found = [k for k in PROTOCOL if protocol[k] != landed_protocol.get(k)]
+    for side, name in (("a", change.a), ("b", change.b)):
+        for task in sorted(set(here[side]) & set(there[side])):
+            if sorted(here[side][task]) != sorted(there[side][task]):
+                found.append(f"{name}'s {task} learning-rate grid")
+    return tuple(found)
+
+
+def change_tests(rows: list[FineTuneRow], changes: list[Change]) -> list[ChangeTest | str]:
+    """Per change and every task both studies ran: B - A per fine-tuning seed at each
+    row's best rate in its own study, this table's against the landed table's A0 and B0
+    (scored by the same metric), Welch's t; Holm over them all. A change that cannot be
+    tested gets the reason instead. Each side's differences come from one pair of
+    starts, so a change speaks for these checkpoints, as the pairs do."""
     by_name = {r.name: r for r in rows}
     metric = rows[0].metric
     found: list[ChangeTest | str] = []
-    for a, b, table in changes:
-        where = f"--change {a}:{b}@{table}"
-        there_rows = [landed_row(n, table, metric, where) for n in (a, b)]
-        there_a, there_b = (landed_scores(row, where) for row in there_rows)
-        here_a, here_b = by_name[a].scores, by_name[b].scores
-        tasks = sorted(set(here_a) & set(here_b) & set(there_a) & set(there_b))
+    for change in changes:
+        where = f"--change {change.spec}"
+        landed = {side: landed_row(name, change.table, metric, where)
+                  for side, name in (("a", change.there_a), ("b", change.there_b))}
+        there = {side: landed_scores(row, where) for side, row in landed.items()}
+        here = {"a": by_name[change.a].scores, "b": by_name[change.b].scores}
+        tasks = sorted(set(here["a"]) & set(here["b"]) & set(there["a"]) & set(there["b"]))
         if not tasks:
-            found.append(f"{a}:{b} against {table}: no task ran in both studies")
-        protocol = there_rows[0].get("protocol") or {}
-        moved = tuple(k for k in PROTOCOL if by_name[a].protocol[k] != protocol.get(k))
+            found.append(f"{change.spec}: no task ran in both studies")
+        moved = fine_tuning_differences(by_name[change.a].protocol,
+                                        landed["a"].get("protocol"), here, there, change)
         for task in tasks:
             sides = []
-            for by_lr_a, by_lr_b in ((here_a[task], here_b[task]), (there_a[task], there_b[task])):
-                va, vb = by_lr_a[best_rate(by_lr_a)], by_lr_b[best_rate(by_lr_b)]
+            for scores in (here, there):
+                va = scores["a"][task][best_rate(scores["a"][task])]
+                vb = scores["b"][task][best_rate(scores["b"][task])]
                 sides.append(tuple(vb[s] - va[s] for s in sorted(set(va) & set(vb))))
-            here, there = sides
-            if min(len(here), len(there)) < 2 or np.ptp(here + there) == 0:
-                found.append(f"{a}:{b} on {task} against {table}: needs two or more paired "
-                             f"seeds on each side and some spread ({len(here)} here, "
-                             f"{len(there)} there)")
+            here_d, there_d = sides
+            # Welch needs spread within a side: two constant sides give a zero-width
+            # interval and p = 0 however few the seeds.
+            if min(len(here_d), len(there_d)) < 2 or np.var(here_d) + np.var(there_d) == 0:
+                found.append(f"{change.spec} on {task}: needs two or more paired seeds on "
+                             f"each side and spread within them ({len(here_d)} here, "
+                             f"{len(there_d)} there)")
                 continue
-            diff, ci, p, df = stats.welch(list(there), list(here))
-            found.append(ChangeTest(task, a, b, table, here, there, diff, ci, p, df, moved))
+            diff, ci, p, df = stats.welch(list(there_d), list(here_d))
+            found.append(ChangeTest(task, change, here_d, there_d, diff, ci, p, df, moved))
     tested = [c for c in found if isinstance(c, ChangeTest)]
     adjusted = iter(stats.holm([c.p for c in tested]))
     return [dataclasses.replace(c, p_holm=next(adjusted)) if isinstance(c, ChangeTest)
@@ -378,17 +430,18 @@ def change_markdown(changes: list[ChangeTest | str], alpha: float, metric: str =
         if isinstance(c, str):
             lines.append(f"Change: not tested: {c}.")
             continue
-        moved = (f" The two studies' fine-tuning protocols differ in "
-                 f"{', '.join(c.protocol_changes)}: part of what changed." if
-                 c.protocol_changes else "")
+        ch = c.change
+        moved = (f" The two studies' fine-tuning differs in {', '.join(c.protocol_changes)}: "
+                 f"part of what changed." if c.protocol_changes else "")
         lines.append(
-            f"Change ({score_label(c.task, metric)}): {c.b} − {c.a} here minus the same "
-            f"in {c.table} = {c.diff:+.2f} points ({np.mean(c.here):+.2f} over {len(c.here)} "
-            f"fine-tuning seeds here, {np.mean(c.there):+.2f} over {len(c.there)} there; 95% "
-            f"Welch interval [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}], df {c.df:.1f}, p = {c.p:.2g}, "
-            f"Holm over {tested} change test{'s' * (tested != 1)} p = {c.p_holm:.2g}; Welch "
-            f"because the studies share no checkpoint; each side is one pair of starts): "
-            f"{c.verdict(alpha)}.{moved}")
+            f"Change ({score_label(c.task, metric)}): {ch.b} − {ch.a} here minus "
+            f"{ch.there_b} − {ch.there_a} in {ch.table} = {c.diff:+.2f} points "
+            f"({np.mean(c.here):+.2f} over {len(c.here)} fine-tuning seeds here, "
+            f"{np.mean(c.there):+.2f} over {len(c.there)} there; 95% Welch interval "
+            f"[{c.ci[0]:+.2f}, {c.ci[1]:+.2f}], df {c.df:.1f}, p = {c.p:.2g}, Holm over "
+            f"{tested} change test{'s' * (tested != 1)} p = {c.p_holm:.2g}; Welch because the "
+            f"studies share no checkpoint; each side is one pair of starts, so this speaks "
+            f"for these checkpoints): {c.verdict(alpha)}.{moved}")
     return "\n\n".join(lines)
 
 
@@ -508,8 +561,10 @@ def to_json(rows: list[FineTuneRow], tests: list[stats.PairedTest], alpha: float
     if changes:  # tables written without --change keep their layout
         landed["changes"] = [
             {"not_tested": c} if isinstance(c, str) else
-            {"task": c.task, "a": c.a, "b": c.b, "against": c.table, "here": list(c.here),
-             "there": list(c.there), "diff": c.diff, "ci": list(c.ci), "df": c.df,
-             "p_welch": c.p, "p_holm": c.p_holm, "protocol_changes": list(c.protocol_changes),
+            {"task": c.task, "a": c.change.a, "b": c.change.b, "against": c.change.table,
+             "there_a": c.change.there_a, "there_b": c.change.there_b,
+             "here": list(c.here), "there": list(c.there), "diff": c.diff, "ci": list(c.ci),
+             "df": c.df, "p_welch": c.p, "p_holm": c.p_holm,
+             "fine_tuning_differs_in": list(c.protocol_changes),
              "verdict": c.verdict(alpha)} for c in changes]
     return json.dumps(landed, indent=1)

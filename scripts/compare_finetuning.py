@@ -10,6 +10,8 @@ by fine-tuning seed with Holm's correction over the table.
   ... --change mh_h8:mh_h96@docs/results/head_counts_pretrained/table.json
       # has mh_h96 - mh_h8 moved since that study? (Welch's t on the per-seed
       # differences, one test per task both ran, Holm over the change tests)
+  ... --change mh_h8_seed1:mh_h96_seed1@docs/results/head_counts_pretrained/table.json=mh_h8:mh_h96
+      # the same against landed rows named otherwise
 
 Writes DIR/table.md and DIR/table.json (each complete or not at all). A row may be read
 from such a table.json instead of its workdir (--row NAME=DIR/table.json: its row NAME),
@@ -43,9 +45,10 @@ def define_flags() -> None:
     flags.DEFINE_multi_string("trend", [], "A:B@X: regress the pairs' differences B - A on "
                               "log2(X) (e.g. per head count; one test per task)")
     flags.DEFINE_string("trend_label", "B - A", "the trend's difference in words")
-    flags.DEFINE_multi_string("change", [], "A:B@TABLE.json: is B - A here different from "
-                              "B - A of the same rows in a landed table (another study)? "
-                              "Welch's t on the per-seed differences, one test per task")
+    flags.DEFINE_multi_string("change", [], "A:B@TABLE.json[=A0:B0]: is B - A here "
+                              "different from B - A (B0 - A0) in a landed table (another "
+                              "study)? Welch's t on the per-seed differences, one test per "
+                              "task")
     flags.DEFINE_string("metric", "", "a dev metric to score every task by (e.g. accuracy "
                         "beside MRPC's F1); default: each task's main metric")
     flags.DEFINE_string("out", None, "directory for table.md and table.json")

@@ -90,6 +90,23 @@ def test_the_script_writes_both_files_or_one_error_line(tmp_path):
     assert [t["a"] + ":" + t["b"] for t in saved["tests"]] == ["a:c"]
     assert saved["tests"][0]["diff"] == pytest.approx(2.5 / 3)
     assert "| a | hf:a |" in (out / "table.md").read_text()
+    # --change against the table just written, its rows named otherwise there; one error
+    # line for a row it lacks, and no output.
+    changed = subprocess.run(script + [f"--row=a2={a}", f"--row=c2={c}",
+                                       f"--change=a2:c2@{out}/table.json=a:c", f"--out={out}2"],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert changed.returncode == 0, changed.stderr
+    same, = json.loads((tmp_path / "out2" / "table.json").read_text())["changes"]
+    # The same scores on both sides: no change, p = 1.
+    assert (same["there_a"], same["here"], same["there"]) == ("a", [1.0, 1.0, 0.5],
+                                                              [1.0, 1.0, 0.5])
+    assert (same["diff"], same["p_welch"], same["verdict"]) == (0.0, 1.0, "not settled")
+    lacking = subprocess.run(script + [f"--row=a={a}", f"--row=c={c}",
+                                       f"--change=a:c@{out}/table.json=a:x", f"--out={out}3"],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert lacking.returncode == 1 and not (tmp_path / "out3").exists()
+    assert lacking.stderr.strip().splitlines() == [
+        f"error: --change a:c@{out}/table.json=a:x: no row x there (it has a, c)"]
 
 
 def test_difference_trend_is_least_squares_on_log2_x():
@@ -320,12 +337,12 @@ def test_a_change_since_a_landed_study_is_welch_on_each_sides_per_seed_differenc
     table.write_text(json.dumps(landed))
     rows = finetune_compare.parse_rows([f"{n}={write_workdir(tmp_path / 'here' / n, s)}"
                                         for n, s in here_scores.items()])
+    names = {r.name for r in rows}
 
     changes = finetune_compare.change_tests(
-        rows, finetune_compare.parse_change([f"h8:h96@{table}", f"h8:h48@{table}"],
-                                            {r.name for r in rows}))
-    assert [(c.a, c.b, c.task) for c in changes] == [("h8", "h96", "SST-2"),
-                                                     ("h8", "h48", "SST-2")]
+        rows, finetune_compare.parse_change([f"h8:h96@{table}", f"h8:h48@{table}"], names))
+    assert [(c.change.a, c.change.b, c.task) for c in changes] == [("h8", "h96", "SST-2"),
+                                                                   ("h8", "h48", "SST-2")]
     for change, b in zip(changes, ("h96", "h48"), strict=True):
         here = np.subtract(here_scores[b][1e-3], here_scores["h8"][3e-3])  # best: 3e-3
         there = np.subtract(there_scores[b][1e-3], there_scores["h8"][1e-3])  # best: 1e-3
@@ -339,27 +356,69 @@ def test_a_change_since_a_landed_study_is_welch_on_each_sides_per_seed_differenc
         diff = here.mean() - there.mean()
         assert (change.diff, change.df) == pytest.approx((diff, df))
         assert change.ci == pytest.approx((diff - half, diff + half))
-        assert change.protocol_changes == ("num_epochs",)
+    # Both rows' grids are the same as there; the epochs are not.
+    assert [c.protocol_changes for c in changes] == [("num_epochs",)] * 2
     low, high = sorted(changes, key=lambda c: c.p)
     assert low.p_holm == pytest.approx(min(1, 2 * low.p))
     assert high.p_holm == pytest.approx(max(low.p_holm, high.p))
-    by_b = {c.b: c for c in changes}
-    assert by_b["h96"].verdict(0.05) == "changed (−)"  # −4.2 here against −1.1 there
+    by_b = {c.change.b: c for c in changes}
+    assert by_b["h96"].verdict(0.05) == "changed (−)"  # −4.2 here against −0.9 there
     assert by_b["h48"].verdict(0.05) == "not settled"  # about 0 on both sides
 
     text = finetune_compare.render(rows, finetune_compare.run_tests(rows, [("h8", "h96")]),
                                    0.05, changes=changes)
-    assert f"Change (SST-2 dev): h96 − h8 here minus the same in {table} = " in text
-    assert "Holm over 2 change tests" in text and "differ in num_epochs" in text
+    assert f"Change (SST-2 dev): h96 − h8 here minus h96 − h8 in {table} = " in text
+    assert "Holm over 2 change tests" in text and "differs in num_epochs" in text
     written = json.loads(finetune_compare.to_json(rows, [], 0.05, changes=changes))
     assert [c["verdict"] for c in written["changes"]] == ["changed (−)", "not settled"]
     assert "changes" not in json.loads(finetune_compare.to_json(rows, [], 0.05))
 
-    landed["rows"] = [row for row in landed["rows"] if row["name"] != "h96"]
+    # Landed rows named otherwise (a row read back as mh_h8_seed1 against part 7's mh_h8)
+    # give the same test; the landed side's grid is compared too.
+    renamed = finetune_compare.change_tests(
+        rows, finetune_compare.parse_change([f"h48:h96@{table}=h8:h96"], names))
+    assert renamed[0].there == pytest.approx(changes[0].there)
+    assert renamed[0].here == pytest.approx(np.subtract(here_scores["h96"][1e-3],
+                                                        here_scores["h48"][1e-3]))
+    assert renamed[0].protocol_changes == ("num_epochs", "h48's SST-2 learning-rate grid")
+    assert f"h96 − h48 here minus h96 − h8 in {table}" in finetune_compare.change_markdown(
+        renamed, 0.05)
+
+
+def test_a_change_that_cannot_be_tested_says_why_and_bad_specs_are_errors(tmp_path):
+    constant = {1e-3: [80.0, 81.0, 82.0]}
+    shifted = {1e-3: [81.0, 82.0, 83.0]}  # +1.0 at every seed, on both sides
+    spread = {1e-3: [81.5, 81.0, 84.0]}
+    rows = finetune_compare.parse_rows([f"{n}={write_workdir(tmp_path / n, scores)}" for n, scores
+                                        in (("a", constant), ("b", shifted), ("c", spread))])
+    table = tmp_path / "landed.json"
+    landed = json.loads(finetune_compare.to_json(rows, [], 0.05))
     table.write_text(json.dumps(landed))
-    with pytest.raises(ValueError, match=rf"--change h8:h96@{table}: no row h96 there"):
-        finetune_compare.change_tests(rows, [("h8", "h96", str(table))])
-    with pytest.raises(ValueError, match=r"--change 'h8:h96': use A:B@TABLE.json"):
-        finetune_compare.parse_change(["h8:h96"], {"h8", "h96"})
-    with pytest.raises(ValueError, match=r"A and B must be two rows of the table"):
-        finetune_compare.parse_change([f"h8:h2@{table}"], {"h8", "h96"})
+    change, = finetune_compare.change_tests(
+        rows, finetune_compare.parse_change([f"a:b@{table}"], {"a", "b"}))
+    # Without spread on either side Welch's p would be 0 at any n: no test.
+    assert change == (f"a:b@{table} on SST-2: needs two or more paired seeds on each side "
+                      f"and spread within them (3 here, 3 there)")
+    assert finetune_compare.change_markdown([change], 0.05).startswith("Change: not tested:")
+
+    for spec, message in [
+            ("a:b", r"use A:B@TABLE.json, or A:B@TABLE.json=A0:B0"),
+            (f"a:b@{table}=a", r"use A:B@TABLE.json, or A:B@TABLE.json=A0:B0"),
+            (f"a:c@{table}", r"A and B must be two rows of the table"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            finetune_compare.parse_change([spec], {"a", "b"})
+    with pytest.raises(ValueError, match=r"this pair against this table is given twice"):
+        finetune_compare.parse_change([f"a:b@{table}", f"b:a@{table}"], {"a", "b"})
+
+    del landed["rows"][0]["protocol"]
+    landed["rows"][1]["scores"]["SST-2"] = {}
+    table.write_text(json.dumps(landed))
+    with pytest.raises(ValueError, match=rf"--change a:b@{table}: row b is damaged "
+                                         r"\(ValueError: a task or learning rate without"):
+        finetune_compare.change_tests(rows, [finetune_compare.Change("a", "b", str(table),
+                                                                     "a", "b")])
+    unknown, = finetune_compare.change_tests(
+        rows, [finetune_compare.Change("a", "c", str(table), "a", "c")])
+    assert unknown.protocol_changes == (
+        "the fine-tuning protocol (the landed table does not record it)",)
