@@ -110,11 +110,9 @@ def run_score(run: results.RunResult, run_dir: str, metric: str) -> float:
     return float(np.mean([values[metric] for values in run.dev.values()]))
 
 
-def landed_row(name: str, table: str, metric: str = "", where: str = "") -> dict[str, Any]:
-    """Row NAME of a table.json written by to_json, as landed, when the table is scored by
-    the same metric; ValueError starting with `where` (default: the --row flag naming the
-    file) otherwise."""
-    where = where or f"--row {name}={table}"
+def landed_table(table: str, metric: str, where: str) -> dict[str, dict[str, Any]]:
+    """The rows of a table.json written by to_json, by name, as landed, when the table is
+    scored by the same metric; ValueError starting with `where` otherwise."""
     try:
         with open(table) as f:
             landed = json.load(f)
@@ -122,12 +120,16 @@ def landed_row(name: str, table: str, metric: str = "", where: str = "") -> dict
     except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError: ValueError
         raise ValueError(f"{where}: not a table.json of scripts/compare_finetuning.py "
                          f"({type(e).__name__}: {e})") from None
-    if name not in by_name:
-        raise ValueError(f"{where}: no row {name} there (it has "
-                         f"{', '.join(sorted(by_name))})")
     scored_by = landed.get("metric", "main")
     if scored_by != (metric or "main"):
         raise ValueError(f"{where}: scored by {scored_by}, not {metric or 'main'}")
+    return by_name
+
+
+def row_named(by_name: dict[str, dict[str, Any]], name: str, where: str) -> dict[str, Any]:
+    if name not in by_name:
+        raise ValueError(f"{where}: no row {name} there (it has "
+                         f"{', '.join(sorted(by_name))})")
     return by_name[name]
 
 
@@ -149,11 +151,12 @@ def read_landed_row(name: str, table: str, metric: str = "") -> FineTuneRow:
     """Row NAME of a table.json written by to_json, scored by the same metric; ValueError
     naming the file when it has no such row, another metric, or rows without their model
     (a table written before rows carried it)."""
-    row = landed_row(name, table, metric)
+    where = f"--row {name}={table}"
+    row = row_named(landed_table(table, metric, where), name, where)
     if "model" not in row:
         raise ValueError(f"--row {name}={table}: its rows have no model (a table written "
                          f"before they carried it): give the workdir")
-    scores = landed_scores(row, f"--row {name}={table}")
+    scores = landed_scores(row, where)
     try:
         return FineTuneRow(name, row["workdir"], row["source"],
                            ModelConfig.from_config(row["model"]),
@@ -392,7 +395,8 @@ def change_tests(rows: list[FineTuneRow], changes: list[Change]) -> list[ChangeT
     found: list[ChangeTest | str] = []
     for change in changes:
         where = f"--change {change.spec}"
-        landed = {side: landed_row(name, change.table, metric, where)
+        table = landed_table(change.table, metric, where)  # read once for both rows
+        landed = {side: row_named(table, name, where)
                   for side, name in (("a", change.there_a), ("b", change.there_b))}
         there = {side: landed_scores(row, where) for side, row in landed.items()}
         here = {"a": by_name[change.a].scores, "b": by_name[change.b].scores}
