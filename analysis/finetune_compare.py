@@ -154,7 +154,7 @@ def read_landed_row(name: str, table: str, metric: str = "") -> FineTuneRow:
     where = f"--row {name}={table}"
     row = row_named(landed_table(table, metric, where), name, where)
     if "model" not in row:
-        raise ValueError(f"--row {name}={table}: its rows have no model (a table written "
+        raise ValueError(f"{where}: its rows have no model (a table written "
                          f"before they carried it): give the workdir")
     scores = landed_scores(row, where)
     try:
@@ -163,7 +163,7 @@ def read_landed_row(name: str, table: str, metric: str = "") -> FineTuneRow:
                            {k: row["protocol"].get(k) for k in PROTOCOL}, scores, metric,
                            landed_in=row.get("landed_in") or table)
     except (ValueError, KeyError, TypeError, AttributeError) as e:  # ConfigError: a ValueError
-        raise ValueError(f"--row {name}={table}: row {name} is damaged "
+        raise ValueError(f"{where}: row {name} is damaged "
                          f"({type(e).__name__}: {e})") from None
 
 
